@@ -1,0 +1,1 @@
+"""dedupctl: run, feed and inspect the notification dedup pipeline."""

@@ -1,0 +1,1 @@
+"""Flink entry points: thin wiring over ``operators``."""

@@ -1,0 +1,197 @@
+"""The dedup job: notifications.requests -> per-channel topics, duplicates, late, invalid.
+
+    source (Kafka, raw bytes; event time and per-partition watermarks in the JVM)
+      -> prepare (decode, dedup key, shard; invalid records to the side)
+      -> key_by(shard) -> dedup (window rule, Bloom prefilter, RocksDB state, eviction timers)
+      -> one exactly-once Kafka sink for every output topic
+
+Run it with ``dedupctl run`` on the local mini-cluster, or submit this file to a cluster with
+``flink run -py jobs/dedup_job.py -pyexec PYTHON --config FILE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from pyflink.common import Configuration, WatermarkStrategy
+from pyflink.datastream import StreamExecutionEnvironment
+from pyflink.datastream.connectors import DeliveryGuarantee
+from pyflink.datastream.connectors.kafka import (
+    KafkaOffsetResetStrategy,
+    KafkaOffsetsInitializer,
+    KafkaSink,
+    KafkaSource,
+)
+from pyflink.java_gateway import get_gateway
+
+from dedupctl.config import REPO_ROOT, Settings, load_settings
+from jobs.dedup_functions import (
+    INVALID_TAG,
+    KEYED_TYPE,
+    RAW_TYPE,
+    ROUTED_TYPE,
+    DedupOptions,
+    DedupShard,
+    PrepareRequest,
+)
+
+logger = logging.getLogger(__name__)
+
+JARS_DIR = REPO_ROOT / ".cache" / "jars" / "flink"
+JOB_NAME = "notify-dedup"
+#: stable operator ids: savepoints map state by these; never change them
+UID_SOURCE = "requests-source"
+UID_PREPARE = "prepare-requests"
+UID_DEDUP = "dedup-by-key"
+UID_SINK = "outputs-sink"
+
+
+def connector_jars() -> list[str]:
+    """The connector jars as file URLs; empty on a cluster whose lib/ already has them."""
+    jars_dir = Path(os.environ.get("DEDUP_JARS_DIR", JARS_DIR))
+    return sorted(p.resolve().as_uri() for p in jars_dir.glob("*.jar")) if jars_dir.is_dir() else []
+
+
+def flink_configuration(cfg: Settings, resume_from: str | None = None) -> Configuration:
+    """Configuration of the local mini-cluster (a cluster's own config.yaml wins there)."""
+    f = cfg.flink
+    conf = Configuration()
+    settings = {
+        "state.backend.type": "rocksdb",
+        "state.backend.incremental": "true",
+        "execution.checkpointing.dir": f.checkpoint_uri(),
+        "execution.checkpointing.savepoint-dir": f.checkpoint_uri(),
+        "execution.checkpointing.interval": f"{f.checkpoint_interval_ms} ms",
+        "execution.checkpointing.timeout": f"{f.checkpoint_timeout_ms} ms",
+        "execution.checkpointing.mode": "EXACTLY_ONCE",
+        "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
+        "execution.checkpointing.num-retained": "3",
+        "restart-strategy.type": "fixed-delay",
+        "restart-strategy.fixed-delay.attempts": str(f.restart_attempts),
+        "restart-strategy.fixed-delay.delay": f"{f.restart_delay_ms} ms",
+        "parallelism.default": str(f.parallelism),
+        "pipeline.max-parallelism": str(f.max_parallelism),
+        "pipeline.name": JOB_NAME,
+        "python.execution-mode": f.execution_mode,
+        "python.executable": sys.executable,
+        "python.client.executable": sys.executable,
+        "python.fn-execution.bundle.size": str(f.bundle_size),
+        "python.fn-execution.bundle.time": str(f.bundle_time_ms),
+        "rest.port": str(f.rest_port),
+        "rest.address": "127.0.0.1",
+        "rest.bind-address": "127.0.0.1",
+        "state.backend.rocksdb.metrics.estimate-num-keys": "true",
+        "state.backend.rocksdb.metrics.estimate-live-data-size": "true",
+        "state.backend.rocksdb.metrics.total-sst-files-size": "true",
+        "taskmanager.numberOfTaskSlots": str(max(1, f.parallelism)),
+    }
+    jars = connector_jars()
+    if jars:
+        settings["pipeline.jars"] = ";".join(jars)
+    if resume_from:
+        settings["execution.state-recovery.path"] = resume_from
+    for key, value in settings.items():
+        conf.set_string(key, value)
+    return conf
+
+
+def dedup_options(cfg: Settings) -> DedupOptions:
+    return DedupOptions(
+        topics=cfg.topics,
+        window=cfg.dedup.window_config(),
+        bloom=cfg.dedup.bloom_config(),
+        shards=cfg.dedup.shards,
+        bloom_snapshot_every=cfg.dedup.bloom_snapshot_every,
+    )
+
+
+def build_pipeline(env: StreamExecutionEnvironment, cfg: Settings) -> None:
+    """Wire source, operators and sink onto ``env``."""
+    jvm = get_gateway().jvm
+    kafka = cfg.kafka
+    props = kafka.java_properties()
+
+    source_builder = (
+        KafkaSource.builder()
+        .set_bootstrap_servers(kafka.bootstrap_servers)
+        .set_topics(cfg.topics.requests)
+        .set_group_id(kafka.group_id)
+        .set_starting_offsets(KafkaOffsetsInitializer.committed_offsets(KafkaOffsetResetStrategy.EARLIEST))
+        .set_property("isolation.level", "read_committed")
+        .set_property("partition.discovery.interval.ms", "30000")
+        .set_property("commit.offsets.on.checkpoint", "true")
+    )
+    for key, value in props.items():
+        source_builder.set_property(key, value)
+    source_builder._j_builder.setDeserializer(jvm.io.notifydedup.flink.RawKafkaRecordDeserializer())
+    watermarks = WatermarkStrategy(
+        jvm.io.notifydedup.flink.EventTimeAssigner.strategy(
+            cfg.dedup.out_of_orderness_ms, cfg.dedup.idleness_ms
+        )
+    )
+    raw = env.from_source(source_builder.build(), watermarks, "requests", RAW_TYPE).uid(UID_SOURCE)
+
+    options = dedup_options(cfg)
+    prepared = raw.process(PrepareRequest(options), KEYED_TYPE).name("prepare").uid(UID_PREPARE)
+    decided = (
+        prepared.key_by(lambda row: row[0])
+        .process(DedupShard(options), ROUTED_TYPE)
+        .name("dedup")
+        .uid(UID_DEDUP)
+    )
+    outputs = decided.union(prepared.get_side_output(INVALID_TAG))
+
+    sink_builder = (
+        KafkaSink.builder()
+        .set_bootstrap_servers(kafka.bootstrap_servers)
+        .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)
+        .set_transactional_id_prefix(cfg.flink.transactional_id_prefix)
+        .set_property("transaction.timeout.ms", str(cfg.flink.transaction_timeout_ms))
+        .set_property("enable.idempotence", "true")
+        .set_property("compression.type", "lz4")
+    )
+    for key, value in props.items():
+        sink_builder.set_property(key, value)
+    sink_builder._j_builder.setRecordSerializer(jvm.io.notifydedup.flink.RoutedRecordSerializer())
+    outputs.sink_to(sink_builder.build()).name("outputs").uid(UID_SINK)
+
+
+def export_python_path() -> None:
+    """Thread mode runs Python inside the JVM: it must find pemja, pyflink and this project.
+
+    Must run before the first call to the JVM gateway, which inherits this environment.
+    """
+    paths = [p for p in sys.path if p.endswith("site-packages")] + [str(REPO_ROOT)]
+    current = os.environ.get("PYTHONPATH", "")
+    merged = [*paths, *[p for p in current.split(os.pathsep) if p and p not in paths]]
+    os.environ["PYTHONPATH"] = os.pathsep.join(merged)
+
+
+def create_environment(cfg: Settings, resume_from: str | None = None) -> StreamExecutionEnvironment:
+    export_python_path()
+    env = StreamExecutionEnvironment.get_execution_environment(flink_configuration(cfg, resume_from))
+    env.set_parallelism(cfg.flink.parallelism)
+    return env
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", help="TOML configuration file")
+    parser.add_argument("--parallelism", type=int)
+    parser.add_argument("--resume", help="checkpoint or savepoint path to restore from")
+    args, _ = parser.parse_known_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    cfg = load_settings(args.config)
+    if args.parallelism:
+        cfg = cfg.with_overrides(flink={"parallelism": args.parallelism})
+    env = create_environment(cfg, args.resume)
+    build_pipeline(env, cfg)
+    env.execute(JOB_NAME)
+
+
+if __name__ == "__main__":
+    main()

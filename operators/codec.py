@@ -1,0 +1,124 @@
+"""Avro (schemaless binary) codecs for every topic, with the schemas read from ``schemas/``."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from collections.abc import Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
+
+from operators.errors import InvalidRecordError
+from operators.records import Category, Channel, NotificationRequest, Priority
+
+SCHEMAS_DIR = Path(os.environ.get("DEDUP_SCHEMAS_DIR") or Path(__file__).resolve().parent.parent / "schemas")
+
+#: schema file stem -> the record it holds
+SCHEMA_FILES = {
+    "notification_request": "NotificationRequest",
+    "channel_message": "ChannelMessage",
+    "duplicate_notice": "DuplicateNotice",
+    "late_notice": "LateNotice",
+    "invalid_record": "InvalidRecord",
+}
+
+_REQUIRED_TEXT = ("notification_id", "user_id", "template_id")
+
+
+@lru_cache(maxsize=None)
+def load_schema(stem: str, schemas_dir: str = str(SCHEMAS_DIR)) -> Any:
+    """Parse ``schemas/<stem>.avsc``; LateNotice nests NotificationRequest, so that comes first."""
+    named: dict[str, Any] = {}
+    if stem == "late_notice":
+        parse_schema(_read(schemas_dir, "notification_request"), named_schemas=named)
+    return parse_schema(_read(schemas_dir, stem), named_schemas=named)
+
+
+def _read(schemas_dir: str, stem: str) -> Any:
+    return _plain_longs(json.loads((Path(schemas_dir) / f"{stem}.avsc").read_text(encoding="utf-8")))
+
+
+def _plain_longs(node: Any) -> Any:
+    """Drop ``timestamp-millis`` so times stay epoch-millisecond ints (the wire is the same long)."""
+    if isinstance(node, dict):
+        return {k: _plain_longs(v) for k, v in node.items() if k != "logicalType"}
+    if isinstance(node, list):
+        return [_plain_longs(v) for v in node]
+    return node
+
+
+def encode(stem: str, record: Mapping[str, Any]) -> bytes:
+    buf = io.BytesIO()
+    schemaless_writer(buf, load_schema(stem), dict(record))
+    return buf.getvalue()
+
+
+def decode(stem: str, raw: bytes) -> Any:
+    """Decode a record; raises ValueError when bytes are missing or left over."""
+    buf = io.BytesIO(raw)
+    record = schemaless_reader(buf, load_schema(stem), None)
+    if buf.tell() != len(raw):
+        raise ValueError(f"{len(raw) - buf.tell()} trailing bytes after the record")
+    return record
+
+
+def decode_request(raw: bytes) -> NotificationRequest:
+    """Decode and validate one ``NotificationRequest``, or raise InvalidRecordError with the reason."""
+    if not raw:
+        raise InvalidRecordError("empty record")
+    try:
+        rec = decode("notification_request", raw)
+    except Exception as exc:  # fastavro raises many types on garbage; all mean "undecodable"
+        raise InvalidRecordError(f"undecodable NotificationRequest: {type(exc).__name__}: {exc}") from None
+    return request_from_fields(rec)
+
+
+def request_from_fields(rec: Mapping[str, Any]) -> NotificationRequest:
+    """Validate decoded (or JSON) fields into a request; the rules are the data contract's."""
+    for name in _REQUIRED_TEXT:
+        value = rec.get(name)
+        if not isinstance(value, str) or not value:
+            raise InvalidRecordError(f"{name} is missing or empty")
+    event_time = rec.get("event_time")
+    if isinstance(event_time, bool) or not isinstance(event_time, int):
+        raise InvalidRecordError("event_time is missing or not an integer (epoch milliseconds)")
+    channels_raw = rec.get("channels")
+    if not isinstance(channels_raw, (list, tuple)) or not channels_raw:
+        raise InvalidRecordError("channels is missing or empty")
+    try:
+        channels = tuple(dict.fromkeys(Channel(c) for c in channels_raw))
+        priority = Priority(rec.get("priority") or Priority.NORMAL)
+        category = Category(rec.get("category") or Category.TRANSACTIONAL)
+    except ValueError as exc:
+        raise InvalidRecordError(f"unknown enum value: {exc}") from None
+    params = rec.get("params") or {}
+    if not isinstance(params, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in params.items()
+    ):
+        raise InvalidRecordError("params must map strings to strings")
+    dedup_key = rec.get("dedup_key")
+    if dedup_key is not None and not isinstance(dedup_key, str):
+        raise InvalidRecordError("dedup_key must be a string or null")
+    ttl = rec.get("dedup_ttl_sec")
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int)):
+        raise InvalidRecordError("dedup_ttl_sec must be an integer or null")
+    return NotificationRequest(
+        notification_id=rec["notification_id"],
+        user_id=rec["user_id"],
+        template_id=rec["template_id"],
+        channels=channels,
+        event_time=event_time,
+        params=dict(params),
+        priority=priority,
+        category=category,
+        dedup_key=dedup_key,
+        dedup_ttl_sec=ttl,
+    )
+
+
+def encode_request(request: NotificationRequest) -> bytes:
+    return encode("notification_request", request.to_avro())
