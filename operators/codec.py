@@ -63,7 +63,83 @@ def decode(stem: str, raw: bytes) -> Any:
     record = schemaless_reader(buf, load_schema(stem), None)
     if buf.tell() != len(raw):
         raise ValueError(f"{len(raw) - buf.tell()} trailing bytes after the record")
+    _check_indexes(stem, raw)
     return record
+
+
+@lru_cache(maxsize=None)
+def _expanded(stem: str) -> Any:
+    """The schema with every named type written out in place (no references left)."""
+    named: dict[str, Any] = {}
+    if stem == "late_notice":
+        parse_schema(_read(str(SCHEMAS_DIR), "notification_request"), named_schemas=named)
+    return parse_schema(_read(str(SCHEMAS_DIR), stem), named_schemas=named, expand=True)
+
+
+def _check_indexes(stem: str, raw: bytes) -> None:
+    """Reject an enum or union index out of range, as the JVM's EventTimeAssigner does.
+
+    fastavro uses the index as a Python list index, so a negative one (the byte 0x01 is -1)
+    silently decodes as the symbol or branch counted from the end.
+    """
+    _skip(_expanded(stem), memoryview(raw), 0)
+
+
+def _varint(raw: memoryview, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = raw[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (value >> 1) ^ -(value & 1), pos
+        shift += 7
+
+
+def _index(raw: memoryview, pos: int, size: int, what: str) -> tuple[int, int]:
+    index, pos = _varint(raw, pos)
+    if not 0 <= index < size:
+        raise ValueError(f"{what} index {index} out of range [0, {size})")
+    return index, pos
+
+
+def _skip(schema: Any, raw: memoryview, pos: int) -> int:
+    """Position after one value of ``schema`` at ``pos`` (the bytes already decoded once)."""
+    if isinstance(schema, list):
+        branch, pos = _index(raw, pos, len(schema), "union")
+        return _skip(schema[branch], raw, pos)
+    if isinstance(schema, str):
+        kind = schema
+    else:
+        kind = schema["type"]
+        if not isinstance(kind, str) or kind not in ("record", "enum", "array", "map", "fixed"):
+            return _skip(kind, raw, pos)
+    if kind == "record":
+        for f in schema["fields"]:
+            pos = _skip(f["type"], raw, pos)
+        return pos
+    if kind == "enum":
+        return _index(raw, pos, len(schema["symbols"]), f"enum {schema['name']}")[1]
+    if kind in ("array", "map"):
+        count, pos = _varint(raw, pos)
+        while count:
+            if count < 0:
+                count = -count
+                pos = _varint(raw, pos)[1]  # the block's size in bytes
+            for _ in range(count):
+                if kind == "map":
+                    pos = _skip("string", raw, pos)
+                pos = _skip(schema["items" if kind == "array" else "values"], raw, pos)
+            count, pos = _varint(raw, pos)
+        return pos
+    if kind == "fixed":
+        return pos + schema["size"]
+    if kind in ("string", "bytes"):
+        size, pos = _varint(raw, pos)
+        return pos + size
+    if kind in ("int", "long"):
+        return _varint(raw, pos)[1]
+    return pos + {"null": 0, "boolean": 1, "float": 4, "double": 8}[kind]
 
 
 def decode_request(raw: bytes) -> NotificationRequest:

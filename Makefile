@@ -1,0 +1,51 @@
+# The README's two commands: `make demo` and `make test`. Everything else they need is built here.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+VENV_STAMP := $(VENV)/.installed
+JARS_STAMP := .cache/jars/.complete
+JAVA_SOURCES := $(shell find connector -name '*.java' 2>/dev/null)
+
+.PHONY: all setup venv jars demo test test-fast lint typecheck chaos bench clean kafka-start kafka-stop
+
+all: test
+
+setup: venv jars
+
+venv: $(VENV_STAMP)
+$(VENV_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test,dev]'
+	touch $@
+
+# Jars from Maven Central (pom.xml): the Kafka broker, the Flink Kafka connector, our adapters.
+jars: $(JARS_STAMP)
+$(JARS_STAMP): pom.xml $(JAVA_SOURCES)
+	mvn -q -B package
+	touch $@
+
+demo: setup
+	$(BIN)/dedupctl demo
+
+test: setup
+	$(BIN)/python -m pytest
+
+test-fast: setup
+	$(BIN)/python -m pytest -m "not integration"
+
+lint: venv
+	$(BIN)/ruff check dedupctl jobs operators tests
+
+typecheck: venv
+	$(BIN)/mypy
+
+kafka-start: setup
+	$(BIN)/dedupctl kafka start && $(BIN)/dedupctl topics create
+
+kafka-stop: venv
+	$(BIN)/dedupctl kafka stop
+
+clean:
+	rm -rf .cache/build .data

@@ -1,0 +1,203 @@
+"""The ``dedupctl`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from dedupctl import kafka_io
+from dedupctl.config import Settings, load_settings
+from dedupctl.local_kafka import LocalBroker
+from operators import codec
+from operators.errors import DedupError, InvalidRecordError
+
+logger = logging.getLogger("dedupctl")
+
+
+def _out(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def local_broker(cfg: Settings) -> LocalBroker:
+    return LocalBroker(
+        home=cfg.data_path() / "kafka",
+        port=cfg.kafka.local_port,
+        controller_port=cfg.kafka.local_controller_port,
+    )
+
+
+def cmd_kafka(cfg: Settings, args: argparse.Namespace) -> int:
+    broker = local_broker(cfg)
+    if args.action == "start":
+        broker.start()
+        _out(f"kafka {broker.status()}")
+    elif args.action == "stop":
+        _out("kafka stopped" if broker.stop() else "kafka was not running")
+    else:
+        _out(f"kafka {broker.status()}")
+        return 0 if broker.pid() is not None else 3
+    return 0
+
+
+def cmd_topics(cfg: Settings, args: argparse.Namespace) -> int:
+    partitions = args.partitions or cfg.kafka.partitions
+    result = kafka_io.create_topics(
+        cfg.kafka.client_config(), cfg.topics.all(), partitions, cfg.kafka.replication_factor
+    )
+    for name, state in result.items():
+        _out(f"{name}: {state}")
+    return 0
+
+
+def cmd_run(cfg: Settings, args: argparse.Namespace) -> int:
+    from dedupctl.runner import resolve_resume, run_job
+
+    overrides: dict[str, object] = {}
+    if args.parallelism:
+        overrides["parallelism"] = args.parallelism
+    if args.checkpoint_dir:
+        overrides["checkpoint_dir"] = args.checkpoint_dir
+    cfg = cfg.with_overrides(flink=overrides)
+    resume = resolve_resume(args.resume, cfg)
+    if args.resume and resume is None:
+        logger.info("no retained checkpoint or savepoint in %s: fresh start", cfg.flink.checkpoint_uri())
+    elif resume:
+        logger.info("resuming from %s", resume)
+    logger.info(
+        "running the dedup job, parallelism %d, checkpoints in %s, REST on 127.0.0.1:%d",
+        cfg.flink.parallelism, cfg.flink.checkpoint_uri(), cfg.flink.rest_port,
+    )
+    run_job(cfg, resume)
+    return 0
+
+
+def cmd_stop(cfg: Settings, args: argparse.Namespace) -> int:
+    from dedupctl.runner import RestClient
+
+    rest = RestClient(args.rest or f"http://127.0.0.1:{cfg.flink.rest_port}")
+    job_id = rest.job_id(args.job)
+    target = str(Path(args.savepoint).resolve())
+    location = rest.stop_with_savepoint(job_id, target)
+    _out(location)
+    return 0
+
+
+def _parse_event_time(value: object) -> object:
+    if isinstance(value, str) and not value.lstrip("-").isdigit():
+        from datetime import datetime
+
+        return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
+    if isinstance(value, str):
+        return int(value)
+    return value
+
+
+def cmd_produce(cfg: Settings, args: argparse.Namespace) -> int:
+    source = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")
+    records: list[tuple[bytes | None, bytes]] = []
+    bad = 0
+    with source:
+        for lineno, line in enumerate(source, 1):
+            if not line.strip():
+                continue
+            try:
+                fields = json.loads(line)
+                if not isinstance(fields, dict):
+                    raise InvalidRecordError("a line must be a JSON object")
+                fields["event_time"] = _parse_event_time(fields.get("event_time"))
+                req = codec.request_from_fields(fields)
+            except (json.JSONDecodeError, InvalidRecordError, ValueError) as exc:
+                bad += 1
+                sys.stderr.write(f"{args.file}:{lineno}: not produced: {exc}\n")
+                continue
+            records.append((req.user_id.encode("utf-8"), codec.encode_request(req)))
+    prod = kafka_io.producer(cfg.kafka.client_config())
+    n = kafka_io.produce_all(prod, args.topic or cfg.topics.requests, records)
+    _out(f"produced {n} records to {args.topic or cfg.topics.requests}" + (f", {bad} lines rejected" if bad else ""))
+    return 1 if bad else 0
+
+
+def cmd_consume(cfg: Settings, args: argparse.Namespace) -> int:
+    for msg in kafka_io.read_committed(
+        cfg.kafka.client_config(), [args.topic], max_messages=args.max, idle_timeout_s=args.timeout
+    ):
+        _out(kafka_io.to_json(kafka_io.decode_message(msg, cfg.topics)))
+    return 0
+
+
+def cmd_demo(cfg: Settings, args: argparse.Namespace) -> int:
+    from dedupctl.demo import run_demo
+
+    run_demo(cfg, _out, keep=args.keep)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dedupctl", description="Notification dedup pipeline")
+    parser.add_argument("--config", help="TOML config file (default: $DEDUP_CONFIG)")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("kafka", help="the local broker")
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.set_defaults(func=cmd_kafka)
+
+    p = sub.add_parser("topics", help="create every topic of the data contract")
+    p.add_argument("action", choices=["create"])
+    p.add_argument("--partitions", type=int)
+    p.set_defaults(func=cmd_topics)
+
+    p = sub.add_parser("run", help="run the job on the local mini-cluster (foreground)")
+    p.add_argument("--parallelism", type=int)
+    p.add_argument("--checkpoint-dir")
+    p.add_argument("--resume", metavar="latest|PATH", help="restore from a checkpoint or savepoint")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("stop", help="stop the running job with a savepoint (REST API)")
+    p.add_argument("--savepoint", required=True, metavar="DIR")
+    p.add_argument("--job", help="job id (default: the only running job)")
+    p.add_argument("--rest", help="REST address (default: http://127.0.0.1:<flink.rest_port>)")
+    p.set_defaults(func=cmd_stop)
+
+    p = sub.add_parser("produce", help="produce JSON lines of NotificationRequest fields")
+    p.add_argument("file", help="file of JSON lines, or - for stdin")
+    p.add_argument("--topic")
+    p.set_defaults(func=cmd_produce)
+
+    p = sub.add_parser("consume", help="print a topic's committed records as JSON lines")
+    p.add_argument("topic")
+    p.add_argument("--max", type=int)
+    p.add_argument("--timeout", type=float, default=5.0, help="stop after this many idle seconds")
+    p.set_defaults(func=cmd_consume)
+
+    p = sub.add_parser("demo", help="broker, job and scenario end to end")
+    p.add_argument("--keep", action="store_true", help="keep the demo's files")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("apache_beam", "py4j"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        cfg = load_settings(args.config)
+        return int(args.func(cfg, args))
+    except DedupError as exc:
+        sys.stderr.write(f"dedupctl: {exc}\n")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

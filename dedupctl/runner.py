@@ -1,0 +1,108 @@
+"""Run the job on the local mini-cluster, find retained state, stop it through the REST API."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from dedupctl.config import Settings
+from operators.errors import DedupError
+
+logger = logging.getLogger(__name__)
+
+
+class JobControlError(DedupError):
+    """The job could not be found, stopped or restored as asked."""
+
+
+def latest_snapshot(checkpoint_dir: Path) -> Path | None:
+    """The newest complete retained checkpoint or savepoint under ``checkpoint_dir``.
+
+    Flink writes ``<dir>/<job-id>/chk-<n>/_metadata`` for checkpoints and
+    ``<dir>/savepoint-<id>/_metadata`` for savepoints; ``_metadata`` is written last.
+    """
+    if not checkpoint_dir.is_dir():
+        return None
+    candidates = [*checkpoint_dir.glob("*/chk-*/_metadata"), *checkpoint_dir.glob("savepoint-*/_metadata")]
+    if not candidates:
+        return None
+    return max(candidates, key=lambda p: p.stat().st_mtime_ns).parent
+
+
+def resolve_resume(resume: str | None, cfg: Settings) -> str | None:
+    """``latest`` -> the newest retained snapshot (None: fresh start); a path -> itself."""
+    if resume is None:
+        return None
+    if resume == "latest":
+        found = latest_snapshot(cfg.flink.checkpoint_path())
+        return str(found) if found else None
+    path = Path(resume)
+    if not (path / "_metadata").exists() and not path.name == "_metadata":
+        raise JobControlError(f"{resume} holds no _metadata: not a checkpoint or savepoint")
+    return str(path.resolve())
+
+
+def run_job(cfg: Settings, resume_from: str | None = None, detached: bool = False) -> Any:
+    """Build the job and execute it; blocks until it ends unless ``detached`` (then: JobClient)."""
+    from jobs.dedup_job import JOB_NAME, build_pipeline, create_environment
+
+    env = create_environment(cfg, resume_from)
+    build_pipeline(env, cfg)
+    if detached:
+        return env.execute_async(JOB_NAME)
+    return env.execute(JOB_NAME)
+
+
+class RestClient:
+    """The few calls of Flink's REST API the tools use."""
+
+    def __init__(self, base_url: str, timeout_s: float = 10.0) -> None:
+        self.base = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(
+            f"{self.base}{path}", data=data, method=method, headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as exc:
+            raise JobControlError(f"{method} {path}: HTTP {exc.code}: {exc.read()[:500]!r}") from None
+        except urllib.error.URLError as exc:
+            raise JobControlError(f"cannot reach Flink at {self.base}: {exc.reason}") from None
+        return json.loads(raw) if raw else None
+
+    def running_jobs(self) -> list[dict[str, Any]]:
+        overview = self.call("GET", "/jobs/overview")
+        return [j for j in overview.get("jobs", []) if j.get("state") in ("RUNNING", "RESTARTING", "CREATED")]
+
+    def job_id(self, job_id: str | None = None) -> str:
+        if job_id:
+            return job_id
+        jobs = self.running_jobs()
+        if len(jobs) != 1:
+            raise JobControlError(f"expected one running job, found {len(jobs)}; name one with --job")
+        return str(jobs[0]["jid"])
+
+    def stop_with_savepoint(self, job_id: str, target_dir: str, timeout_s: float = 300.0) -> str:
+        """POST /jobs/:id/stop and wait; returns the savepoint's location."""
+        trigger = self.call("POST", f"/jobs/{job_id}/stop", {"targetDirectory": target_dir, "drain": False})
+        request_id = trigger["request-id"]
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            status = self.call("GET", f"/jobs/{job_id}/savepoints/{request_id}")
+            if status["status"]["id"] == "COMPLETED":
+                op = status.get("operation", {})
+                if "failure-cause" in op:
+                    cause = op["failure-cause"].get("stack-trace", "")[:2000]
+                    raise JobControlError(f"stop with savepoint failed: {cause}")
+                return str(op["location"])
+            time.sleep(0.5)
+        raise JobControlError(f"savepoint not finished after {timeout_s:.0f} s")

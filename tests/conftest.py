@@ -1,0 +1,115 @@
+"""Shared fixtures: a real Kafka broker for the session, and factories for topics and jobs.
+
+The broker is a testcontainers Kafka where a Docker engine answers; otherwise (as on these
+machines) the local KRaft broker run from the Maven jars. ``DEDUP_TEST_BOOTSTRAP`` points the
+suite at a broker that is already running instead.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from dedupctl.config import Settings
+from dedupctl.demo import free_port
+from dedupctl.local_kafka import LocalBroker
+from dedupctl import kafka_io
+from operators.routing import Topics
+
+
+def _docker_engine_answers() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=15).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if os.environ.get("DEDUP_TEST_BOOTSTRAP"):
+        yield os.environ["DEDUP_TEST_BOOTSTRAP"]
+        return
+    if _docker_engine_answers():
+        from testcontainers.kafka import KafkaContainer
+
+        with KafkaContainer("apache/kafka:4.1.1").with_kraft() as container:
+            yield container.get_bootstrap_server()
+        return
+    broker = LocalBroker(home=tmp_path_factory.mktemp("kafka"), port=free_port(), controller_port=free_port())
+    broker.start()
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def topic_factory(kafka_bootstrap: str) -> Callable[..., Topics]:
+    """Fresh, uniquely named topics for one test: ``topic_factory(partitions=2)``."""
+
+    def make(partitions: int = 2) -> Topics:
+        topics = _prefixed(f"t{uuid.uuid4().hex[:8]}.")
+        kafka_io.create_topics({"bootstrap.servers": kafka_bootstrap}, topics.all(), partitions)
+        return topics
+
+    return make
+
+
+def _prefixed(prefix: str) -> Topics:
+    import dataclasses
+
+    base = Topics()
+    return Topics(**{f.name: prefix + getattr(base, f.name) for f in dataclasses.fields(base)})
+
+
+@pytest.fixture
+def settings_factory(kafka_bootstrap: str, tmp_path: Path) -> Callable[..., Settings]:
+    """Settings for one test's job: its own topics, checkpoints, group and transactional ids."""
+
+    def make(topics: Topics, parallelism: int = 1, **sections: dict[str, object]) -> Settings:
+        run_id = uuid.uuid4().hex[:8]
+        base = Settings(topics=topics)
+        cfg = base.with_overrides(
+            kafka={"bootstrap_servers": kafka_bootstrap, "group_id": f"test-{run_id}"},
+            flink={
+                "parallelism": parallelism,
+                "checkpoint_dir": str(tmp_path / f"checkpoints-{run_id}"),
+                "checkpoint_interval_ms": 1000,
+                "transactional_id_prefix": f"test-{run_id}",
+                "rest_port": free_port(),
+                "restart_attempts": 3,
+                "restart_delay_ms": 500,
+            },
+            dedup={"idleness_ms": 5000},
+        )
+        return cfg.with_overrides(**sections) if sections else cfg
+
+    return make
+
+
+@pytest.fixture
+def job_factory() -> Iterator[Callable[..., object]]:
+    """Start the real job on the mini-cluster, detached; every job is cancelled at teardown."""
+    from dedupctl.runner import run_job
+
+    clients: list[object] = []
+
+    def start(cfg: Settings, resume_from: str | None = None) -> object:
+        client = run_job(cfg, resume_from, detached=True)
+        clients.append(client)
+        return client
+
+    yield start
+    for client in clients:
+        try:
+            client.cancel().result()  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 - already finished or failed; nothing left to stop
+            pass
