@@ -106,3 +106,21 @@ class RestClient:
                 return str(op["location"])
             time.sleep(0.5)
         raise JobControlError(f"savepoint not finished after {timeout_s:.0f} s")
+
+    def vertex_ids(self, job_id: str) -> dict[str, str]:
+        """Vertex name -> id."""
+        job = self.call("GET", f"/jobs/{job_id}")
+        return {v["name"]: v["id"] for v in job["vertices"]}
+
+    def operator_metrics(self, job_id: str, operator: str, names: list[str]) -> dict[str, float]:
+        """Metrics of one operator summed over its subtasks (0 for one not reported yet)."""
+        totals = {n: 0.0 for n in names}
+        for vertex_name, vid in self.vertex_ids(job_id).items():
+            if operator not in vertex_name:
+                continue
+            query = ",".join(f"{operator}.{n}" for n in names)
+            for metric in self.call("GET", f"/jobs/{job_id}/vertices/{vid}/subtasks/metrics?get={query}&agg=sum"):
+                name = metric["id"][len(operator) + 1:]
+                if name in totals and "sum" in metric:
+                    totals[name] += float(metric["sum"])
+        return totals

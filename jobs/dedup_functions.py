@@ -100,6 +100,8 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
         self._pending_counts: dict[int, int] = {}
         self._dirty: dict[int, set[int]] = {}
         self._counters: dict[str, Any] = {}
+        #: entries in state per shard seen since start (persisted per shard in keys_held)
+        self._held: dict[int, int] = {}
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self._entries = runtime_context.get_map_state(
@@ -115,6 +117,7 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
             ListStateDescriptor("bloom_pending", _PICKLED)
         )
         self._bloom_span = runtime_context.get_state(ValueStateDescriptor("bloom_span", Types.LONG()))
+        self._held_state = runtime_context.get_state(ValueStateDescriptor("keys_held", Types.LONG()))
         group = runtime_context.get_metrics_group()
         for name in (
             "accepted", "duplicates", "late", "state_reads", "state_reads_skipped",
@@ -125,6 +128,7 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
         group.gauge("bloom_keys_estimate", lambda: int(sum(b.approx_items() for b in self._blooms.values())))
         group.gauge("bloom_fill_ratio_pct", lambda: int(100 * self._fill_ratio()))
         group.gauge("bloom_bits", lambda: sum(b.size_bits() for b in self._blooms.values()))
+        group.gauge("keys_held", lambda: sum(self._held.values()))
 
     def _fill_ratio(self) -> float:
         if not self._blooms:
@@ -154,7 +158,12 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
             self._snapshot_bloom(shard, bloom)
         self._blooms[shard] = bloom
         self._pending_counts[shard] = pending
+        self._held[shard] = self._held_state.value() or 0
         return bloom
+
+    def _count_held(self, shard: int, delta: int) -> None:
+        self._held[shard] += delta
+        self._held_state.update(self._held[shard])
 
     def _bloom_add(self, shard: int, bloom: SegmentedBloom, key: str, hashed: int, exp: int) -> None:
         seg = bloom.add(hashed, exp)
@@ -222,6 +231,8 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
             yield self._emit(routing.duplicate_notice(req, dedup_key, decision.original, opts.topics))
             return
         self._counters["accepted"].inc()
+        if entry is None:  # skipped by the filter, or read and absent: a key new to state
+            self._count_held(shard, 1)
         exp = expiry(state, opts.window)
         self._bloom_add(shard, bloom, dedup_key, hashed, exp)
         self._schedule_eviction(ctx, dedup_key, exp)
@@ -239,6 +250,8 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
         ctx.timer_service().register_event_time_timer(fire_at)
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[Row]:
+        shard = ctx.get_current_key()
+        bloom = self._bloom(shard)
         due = self._evictions.get(timestamp)
         if due:
             for key in due:
@@ -246,9 +259,8 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
                 if stored is not None and expiry(Accepted(*stored), self._o.window) <= timestamp:
                     self._entries.remove(key)
                     self._counters["evicted"].inc()
+                    self._count_held(shard, -1)
             self._evictions.remove(timestamp)
-        shard = ctx.get_current_key()
-        bloom = self._bloom(shard)
         if bloom.expire(timestamp):
             self._snapshot_bloom(shard, bloom)
         return iter(())
