@@ -136,6 +136,14 @@ def cmd_demo(cfg: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_chaos(cfg: Settings, args: argparse.Namespace) -> int:
+    from dedupctl.chaos import ChaosPlan, run_chaos
+
+    plan = ChaosPlan(requests=args.requests, rate=args.rate, kills=args.kills,
+                     broker_restarts=args.broker_restarts, rescales=args.rescales, seed=args.seed)
+    return 0 if run_chaos(plan, _out).ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dedupctl", description="Notification dedup pipeline")
     parser.add_argument("--config", help="TOML config file (default: $DEDUP_CONFIG)")
@@ -163,6 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rest", help="REST address (default: http://127.0.0.1:<flink.rest_port>)")
     p.set_defaults(func=cmd_stop)
 
+    from dedupctl import status, trace  # each module declares its own subcommand
+
+    status.add_parser(sub)
+    trace.add_parser(sub)
+
     p = sub.add_parser("produce", help="produce JSON lines of NotificationRequest fields")
     p.add_argument("file", help="file of JSON lines, or - for stdin")
     p.add_argument("--topic")
@@ -173,6 +186,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max", type=int)
     p.add_argument("--timeout", type=float, default=5.0, help="stop after this many idle seconds")
     p.set_defaults(func=cmd_consume)
+
+    p = sub.add_parser("chaos", help="fault injection against the real job and broker")
+    p.add_argument("--requests", type=int, default=200_000)
+    p.add_argument("--rate", type=int, default=1000, help="records produced per second")
+    p.add_argument("--kills", type=int, default=20)
+    p.add_argument("--broker-restarts", type=int, default=1)
+    p.add_argument("--rescales", type=int, default=2)
+    p.add_argument("--seed", type=int, default=7)
+    p.set_defaults(func=cmd_chaos)
 
     p = sub.add_parser("demo", help="broker, job and scenario end to end")
     p.add_argument("--keep", action="store_true", help="keep the demo's files")

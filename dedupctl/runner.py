@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import time
@@ -77,6 +78,8 @@ class RestClient:
             raise JobControlError(f"{method} {path}: HTTP {exc.code}: {exc.read()[:500]!r}") from None
         except urllib.error.URLError as exc:
             raise JobControlError(f"cannot reach Flink at {self.base}: {exc.reason}") from None
+        except (OSError, http.client.HTTPException) as exc:
+            raise JobControlError(f"cannot reach Flink at {self.base}: {exc}") from None
         return json.loads(raw) if raw else None
 
     def running_jobs(self) -> list[dict[str, Any]]:

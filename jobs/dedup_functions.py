@@ -9,6 +9,7 @@ prefilter in keyed state so the filter comes back with every restore and rescale
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +25,17 @@ from operators.dedup_key import key_hash, resolve_dedup_key, shard_of
 from operators.errors import InvalidRecordError
 from operators.records import SourcePosition
 from operators.routing import Routed, Topics
-from operators.window import Accepted, Verdict, WindowConfig, decide, expiry, is_late, window_ms
+from operators.window import (
+    NO_WATERMARK,
+    Accepted,
+    Verdict,
+    WindowConfig,
+    check_not_future,
+    decide,
+    expiry,
+    is_late,
+    window_ms,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +59,8 @@ INVALID_TAG = OutputTag("invalid", ROUTED_TYPE)
 _PICKLED = Types.PICKLED_BYTE_ARRAY()
 #: eviction timers are rounded up to this grain, so one timer serves many keys
 EVICTION_GRAIN_MS = 1_000
+#: how far a shard's watermark advances before the new value is written to state
+WATERMARK_PERSIST_STEP_MS = 1_000
 
 
 def _row(routed: Routed) -> Row:
@@ -63,6 +76,7 @@ class DedupOptions:
     bloom: BloomConfig
     shards: int
     bloom_snapshot_every: int
+    max_future_ms: int
 
 
 class PrepareRequest(ProcessFunction):  # type: ignore[misc]
@@ -79,6 +93,7 @@ class PrepareRequest(ProcessFunction):  # type: ignore[misc]
         raw = bytes(value[3])
         try:
             req = codec.decode_request(raw)
+            check_not_future(req.event_time, int(time.time() * 1000), self._options.max_future_ms)
             dedup_key = resolve_dedup_key(req)
         except InvalidRecordError as exc:
             self._invalid.inc()
@@ -102,6 +117,9 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
         self._counters: dict[str, Any] = {}
         #: entries in state per shard seen since start (persisted per shard in keys_held)
         self._held: dict[int, int] = {}
+        self._newest_event_time = 0
+        #: per shard: (highest watermark seen, the value last persisted)
+        self._floors: dict[int, list[int]] = {}
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self._entries = runtime_context.get_map_state(
@@ -118,6 +136,7 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
         )
         self._bloom_span = runtime_context.get_state(ValueStateDescriptor("bloom_span", Types.LONG()))
         self._held_state = runtime_context.get_state(ValueStateDescriptor("keys_held", Types.LONG()))
+        self._floor_state = runtime_context.get_state(ValueStateDescriptor("watermark_floor", Types.LONG()))
         group = runtime_context.get_metrics_group()
         for name in (
             "accepted", "duplicates", "late", "state_reads", "state_reads_skipped",
@@ -129,6 +148,7 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
         group.gauge("bloom_fill_ratio_pct", lambda: int(100 * self._fill_ratio()))
         group.gauge("bloom_bits", lambda: sum(b.size_bits() for b in self._blooms.values()))
         group.gauge("keys_held", lambda: sum(self._held.values()))
+        group.gauge("newest_event_time", lambda: self._newest_event_time)
 
     def _fill_ratio(self) -> float:
         if not self._blooms:
@@ -159,8 +179,25 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
         self._blooms[shard] = bloom
         self._pending_counts[shard] = pending
         self._held[shard] = self._held_state.value() or 0
+        floor = self._floor_state.value()
+        self._floors[shard] = [NO_WATERMARK, NO_WATERMARK] if floor is None else [floor, floor]
         return bloom
 
+    def _watermark(self, shard: int, current: int) -> int:
+        """The watermark, never lower than one this shard saw before a restore.
+
+        Flink does not checkpoint watermarks: a restored job starts from none and would take
+        requests it once judged late as on time. Each shard keeps the highest watermark it saw
+        (persisted every second of advance), so lateness is decided the same way after a
+        crash, a restore or a rescale.
+        """
+        floor = self._floors[shard]
+        if current > floor[0]:
+            floor[0] = current
+            if current - floor[1] >= WATERMARK_PERSIST_STEP_MS:
+                floor[1] = current
+                self._floor_state.update(current)
+        return floor[0]
     def _count_held(self, shard: int, delta: int) -> None:
         self._held[shard] += delta
         self._held_state.update(self._held[shard])
@@ -190,8 +227,11 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
     def process_element(self, value: Row, ctx: KeyedProcessFunction.Context) -> Iterator[Row]:
         shard, dedup_key, raw = value[0], value[1], bytes(value[2])
         req = codec.decode_request(raw)  # validated upstream; cannot fail here
-        watermark = ctx.timer_service().current_watermark()
+        bloom = self._bloom(shard)
+        watermark = self._watermark(shard, ctx.timer_service().current_watermark())
         opts = self._o
+        if req.event_time > self._newest_event_time:
+            self._newest_event_time = req.event_time
         if is_late(req.event_time, watermark, opts.window) and opts.window.late_policy == "side-output":
             self._counters["late"].inc()
             reason = (
@@ -200,7 +240,6 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
             )
             yield self._emit(routing.late_notice(req, watermark, reason, opts.topics))
             return
-        bloom = self._bloom(shard)
         hashed = key_hash(dedup_key)
         entry: Accepted | None = None
         if bloom.might_contain(hashed):

@@ -106,6 +106,7 @@ def dedup_options(cfg: Settings) -> DedupOptions:
         bloom=cfg.dedup.bloom_config(),
         shards=cfg.dedup.shards,
         bloom_snapshot_every=cfg.dedup.bloom_snapshot_every,
+        max_future_ms=cfg.dedup.max_future_ms,
     )
 
 
@@ -130,7 +131,7 @@ def build_pipeline(env: StreamExecutionEnvironment, cfg: Settings) -> None:
     source_builder._j_builder.setDeserializer(jvm.io.notifydedup.flink.RawKafkaRecordDeserializer())
     watermarks = WatermarkStrategy(
         jvm.io.notifydedup.flink.EventTimeAssigner.strategy(
-            cfg.dedup.out_of_orderness_ms, cfg.dedup.idleness_ms
+            cfg.dedup.out_of_orderness_ms, cfg.dedup.idleness_ms, cfg.dedup.max_future_ms
         )
     )
     raw = env.from_source(source_builder.build(), watermarks, "requests", RAW_TYPE).uid(UID_SOURCE)

@@ -24,6 +24,9 @@ SCHEMA_FILES = {
     "duplicate_notice": "DuplicateNotice",
     "late_notice": "LateNotice",
     "invalid_record": "InvalidRecord",
+    "delivery_status": "DeliveryStatus",
+    "dead_letter": "DeadLetter",
+    "delayed_delivery": "DelayedDelivery",
 }
 
 _REQUIRED_TEXT = ("notification_id", "user_id", "template_id")

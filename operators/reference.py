@@ -18,6 +18,7 @@ against whatever state remains. State for a key is forgotten once the watermark 
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
@@ -91,14 +92,19 @@ def run(
         ``False`` keeps everything forever, which must not change any on-time decision
     """
     state: dict[str, _Open] = {}
+    # (forget_at, tie-break, key, entry): the state of a key is dropped when its entry is still
+    # the one in state once the watermark reaches forget_at (a newer acceptance replaces it)
+    expiries: list[tuple[int, int, str, _Open]] = []
     out: list[Outcome] = []
     for req, watermark in stream:
         key = resolve_dedup_key(req)
         t = req.event_time
         has_watermark = watermark != NO_WATERMARK
         if evict and has_watermark:
-            for k in [k for k, o in state.items() if o.forget_at(cfg) <= watermark]:
-                del state[k]
+            while expiries and expiries[0][0] <= watermark:
+                _, _, k, entry = heapq.heappop(expiries)
+                if state.get(k) is entry:
+                    del state[k]
         late = has_watermark and t < watermark - cfg.allowed_lateness_ms
         if late and cfg.late_policy == LatePolicy.SIDE_OUTPUT:
             out.append(Outcome(LATE, req, key, watermark=watermark))
@@ -117,7 +123,8 @@ def run(
                 )
             )
             continue
-        state[key] = _Open(req.notification_id, t, request_window_ms(req.dedup_ttl_sec, cfg))
+        entry = state[key] = _Open(req.notification_id, t, request_window_ms(req.dedup_ttl_sec, cfg))
+        heapq.heappush(expiries, (entry.forget_at(cfg), len(out), key, entry))
         out.append(Outcome(NEW, req, key))
     return out
 
@@ -217,7 +224,7 @@ def expected_messages(
                 topic = _channel_topic(topics, channel, base["priority"])
                 out[topic].append((req.user_id.encode("utf-8"), msg))
         elif o.verdict == DUPLICATE:
-            notice = {
+            notice: dict[str, Any] = {
                 "notification_id": req.notification_id,
                 "dedup_key": o.dedup_key,
                 "original_notification_id": o.original_notification_id,
@@ -227,8 +234,8 @@ def expected_messages(
             }
             out[topics.duplicates].append((o.dedup_key.encode("utf-8"), notice))
         elif o.verdict == LATE:
-            notice = {"request": request_record(req), "watermark": o.watermark, "reason": None}
-            out[topics.late].append((req.user_id.encode("utf-8"), notice))
+            late = {"request": request_record(req), "watermark": o.watermark, "reason": None}
+            out[topics.late].append((req.user_id.encode("utf-8"), late))
         else:
             raise ValueError(f"unknown verdict {o.verdict!r}")
     return out

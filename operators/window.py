@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from operators.errors import InvalidRecordError
+
 MIN_WINDOW_MS = 1_000
 DAY_MS = 86_400_000
 NO_WATERMARK = -(2**63)  # Flink's Long.MIN_VALUE: no watermark yet
@@ -78,6 +80,18 @@ def is_late(event_time: int, watermark: int, cfg: WindowConfig) -> bool:
     return event_time < watermark - cfg.allowed_lateness_ms
 
 
+def check_not_future(event_time: int, now_ms: int, max_future_ms: int) -> None:
+    """Reject an event time implausibly far ahead of the wall clock.
+
+    One such record would move the watermark past every real request and make all of them
+    late; the source's timestamp assigner ignores it for the same reason.
+    """
+    if event_time > now_ms + max_future_ms:
+        raise InvalidRecordError(
+            f"event_time {event_time} is more than {max_future_ms} ms ahead of the wall clock"
+        )
+
+
 def expiry(entry: Accepted, cfg: WindowConfig) -> int:
     """Event time after which the watermark makes this entry irrelevant: evict it then."""
     return entry.event_time + entry.window_ms + cfg.allowed_lateness_ms
@@ -98,7 +112,7 @@ def decide(
 ) -> Decision:
     """Classify one request against its key's state."""
     late = is_late(event_time, watermark, cfg)
-    if late and cfg.late_policy is LatePolicy.SIDE_OUTPUT:
+    if late and cfg.late_policy == LatePolicy.SIDE_OUTPUT:
         return Decision(Verdict.LATE, None)
     if is_duplicate(entry, event_time):
         assert entry is not None

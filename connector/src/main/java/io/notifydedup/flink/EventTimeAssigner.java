@@ -4,6 +4,11 @@ import org.apache.flink.api.common.eventtime.SerializableTimestampAssigner;
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.types.Row;
 
+import java.nio.ByteBuffer;
+import java.nio.charset.CharacterCodingException;
+import java.nio.charset.CharsetDecoder;
+import java.nio.charset.CodingErrorAction;
+import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 
 /**
@@ -11,7 +16,7 @@ import java.time.Duration;
  * source, so that watermarks are generated per Kafka partition (per split) with idleness.
  *
  * <p>The walk follows schemas/notification_request.avsc field by field and checks the structure
- * (lengths, enum ranges, union branches, no trailing bytes). A record that does not have that
+ * (lengths, UTF-8, enum ranges, union branches, no trailing bytes). A record that does not have that
  * shape gets {@link Long#MIN_VALUE}, so undecodable input can never move the watermark; the
  * Python decoder then routes it to the invalid topic.
  */
@@ -22,18 +27,29 @@ public final class EventTimeAssigner implements SerializableTimestampAssigner<Ro
     private static final int PRIORITIES = 3;
     private static final int CATEGORIES = 2;
 
-    /** Bounded out-of-orderness per partition, idle partitions ignored after {@code idleMs}. */
-    public static WatermarkStrategy<Row> strategy(long outOfOrdernessMs, long idleMs) {
+    private final long maxFutureMs;
+
+    public EventTimeAssigner(long maxFutureMs) {
+        this.maxFutureMs = maxFutureMs;
+    }
+
+    /**
+     * Bounded out-of-orderness per partition, idle partitions ignored after {@code idleMs};
+     * event times more than {@code maxFutureMs} ahead of the wall clock are ignored (the Python
+     * side rejects those records as invalid).
+     */
+    public static WatermarkStrategy<Row> strategy(long outOfOrdernessMs, long idleMs, long maxFutureMs) {
         WatermarkStrategy<Row> strategy =
                 WatermarkStrategy.<Row>forBoundedOutOfOrderness(Duration.ofMillis(outOfOrdernessMs))
-                        .withTimestampAssigner(new EventTimeAssigner());
+                        .withTimestampAssigner(new EventTimeAssigner(maxFutureMs));
         return idleMs > 0 ? strategy.withIdleness(Duration.ofMillis(idleMs)) : strategy;
     }
 
     @Override
     public long extractTimestamp(Row row, long recordTimestamp) {
         byte[] value = (byte[]) row.getField(VALUE_FIELD);
-        return value == null ? Long.MIN_VALUE : eventTime(value);
+        long eventTime = value == null ? Long.MIN_VALUE : eventTime(value);
+        return eventTime > System.currentTimeMillis() + maxFutureMs ? Long.MIN_VALUE : eventTime;
     }
 
     /** The request's event_time, or Long.MIN_VALUE when the bytes are not a NotificationRequest. */
@@ -74,6 +90,14 @@ public final class EventTimeAssigner implements SerializableTimestampAssigner<Ro
         }
     }
 
+    private static final ThreadLocal<CharsetDecoder> UTF8 =
+            ThreadLocal.withInitial(
+                    () ->
+                            StandardCharsets.UTF_8
+                                    .newDecoder()
+                                    .onMalformedInput(CodingErrorAction.REPORT)
+                                    .onUnmappableCharacter(CodingErrorAction.REPORT));
+
     private static final class Reader {
         private final byte[] buf;
         private int pos;
@@ -98,10 +122,16 @@ public final class EventTimeAssigner implements SerializableTimestampAssigner<Ro
             }
         }
 
+        /** Skips a string, checking it is valid UTF-8 as the Python decoder does. */
         long string() {
             long len = varLong();
             if (len < 0 || len > buf.length - pos) {
                 throw new IllegalStateException("bad length");
+            }
+            try {
+                UTF8.get().decode(ByteBuffer.wrap(buf, pos, (int) len));
+            } catch (CharacterCodingException e) {
+                throw new IllegalStateException("not UTF-8");
             }
             pos += (int) len;
             return len;

@@ -1,0 +1,72 @@
+"""An in-process metrics registry: counters and gauges with labels, a snapshot, Prometheus text."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+Labels = tuple[tuple[str, str], ...]
+
+
+def _labels(labels: Mapping[str, object]) -> Labels:
+    return tuple(sorted((k, str(v)) for k, v in labels.items()))
+
+
+def _name(metric: str, labels: Labels) -> str:
+    if not labels:
+        return metric
+    inner = ",".join(f'{k}="{v}"' for k, v in labels)
+    return f"{metric}{{{inner}}}"
+
+
+@dataclass
+class Metrics:
+    """Thread-safe; one per process, shared by its workers and providers.
+
+    Counters: ``sender_sends_total`` (outcome), ``sender_retries_total``,
+    ``sender_dead_letters_total`` (reason), ``sender_skipped_total`` (reason),
+    ``provider_calls_total`` and ``provider_call_ms_sum`` (provider, outcome).
+    Gauges: ``sender_consumer_lag``, ``sender_oldest_waiting_age_seconds``,
+    ``sender_circuit_state`` (0 closed, 1 half-open, 2 open). Channel and lane label them all.
+    """
+
+    _counters: dict[tuple[str, Labels], float] = field(default_factory=dict)
+    _gauges: dict[tuple[str, Labels], float] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def inc(self, metric: str, amount: float = 1.0, **labels: object) -> None:
+        key = (metric, _labels(labels))
+        with self._lock:
+            self._counters[key] = self._counters.get(key, 0.0) + amount
+
+    def set(self, metric: str, value: float, **labels: object) -> None:
+        with self._lock:
+            self._gauges[(metric, _labels(labels))] = value
+
+    def value(self, metric: str, **labels: object) -> float:
+        """A counter's or gauge's value, summed over the labels not given."""
+        want = set(_labels(labels))
+        with self._lock:
+            items = list(self._counters.items()) + list(self._gauges.items())
+        return sum(v for (m, lab), v in items if m == metric and want <= set(lab))
+
+    def snapshot(self) -> dict[str, float]:
+        with self._lock:
+            items = list(self._counters.items()) + list(self._gauges.items())
+        return {_name(m, lab): v for (m, lab), v in sorted(items)}
+
+    def render_prometheus(self) -> str:
+        """The text exposition format (serve it from any HTTP handler)."""
+        lines: list[str] = []
+        with self._lock:
+            counters = sorted(self._counters.items())
+            gauges = sorted(self._gauges.items())
+        for kind, items in (("counter", counters), ("gauge", gauges)):
+            seen: set[str] = set()
+            for (metric, labels), value in items:
+                if metric not in seen:
+                    seen.add(metric)
+                    lines.append(f"# TYPE {metric} {kind}")
+                lines.append(f"{_name(metric, labels)} {value:g}")
+        return "\n".join(lines) + "\n"

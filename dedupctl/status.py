@@ -1,0 +1,520 @@
+"""``dedupctl status``: the running job at a glance, read from Flink's REST API.
+
+What the people who run the job watch: its state and uptime; each operator's watermark and how
+far it lags behind the newest event time and behind the wall clock; the last checkpoint; the
+state's size and keys; the dedup outcomes per second; the Bloom prefilter's skip rate and its
+false-positive rate against the configured one. docs/operations.md explains every figure.
+
+Rates come from two readings of the counters. The REST API serves metrics from a store that the
+JobManager refreshes at most every ``metrics.fetcher.update-interval`` (10 s by default), so a
+reading is paired with the job's ``uptime`` metric, which is fetched in the same refresh: a rate
+is the counter delta over the uptime delta, exact whatever the refresh interval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import sys
+import time
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dedupctl.config import Settings
+from dedupctl.runner import JobControlError, RestClient
+
+#: operator names given in jobs/dedup_job.py (``.name(...)``)
+DEDUP_OPERATOR = "dedup"
+PREPARE_OPERATOR = "prepare"
+#: counters of the dedup operator (jobs/dedup_functions.py) and of prepare
+DEDUP_COUNTERS = (
+    "accepted", "duplicates", "late", "state_reads", "state_reads_skipped", "bloom_false_positives", "evicted",
+)
+DEDUP_GAUGES = ("keys_held", "bloom_keys_estimate", "bloom_fill_ratio_pct", "bloom_bits", "newest_event_time")
+#: the outcomes shown as rates; invalid is counted by prepare
+RATE_NAMES = ("accepted", "duplicates", "late", "invalid")
+#: the column family of the dedup entries (MapStateDescriptor "entries")
+ENTRIES_STATE = "entries"
+#: PyFlink's own operators of key_by(): noise in a per-operator table
+_INTERNAL_OPERATOR = re.compile(r"^(_.*|Map)$")
+#: Long.MIN_VALUE and Long.MAX_VALUE reach us as floats
+_NO_WATERMARK_BELOW = -(2**62)
+_END_OF_INPUT_ABOVE = 2**62
+_ACTIVE_STATES = ("RUNNING", "RESTARTING", "CREATED", "INITIALIZING", "RECONCILING")
+
+
+def rest_name(name: str) -> str:
+    """A name as Flink's metric query service writes it into metric ids."""
+    return re.sub(r"[ .:,]", "_", name)
+
+
+def operator_names(vertex_name: str) -> list[str]:
+    """The operators chained in a vertex, in order: ``a -> b -> (c, d)`` -> a, b, c, d."""
+    names: list[str] = []
+    for part in vertex_name.split(" -> "):
+        part = part.strip()
+        if part.startswith("(") and part.endswith(")"):
+            names.extend(p.strip() for p in part[1:-1].split(","))
+        else:
+            names.append(part)
+    return names
+
+
+@dataclass(frozen=True)
+class Agg:
+    """One metric over the subtasks of a vertex."""
+
+    min: float
+    max: float
+    sum: float
+
+
+@dataclass(frozen=True)
+class Vertex:
+    """A job vertex: its chained operators (metric-id name -> display name) and metric ids."""
+
+    id: str
+    name: str
+    parallelism: int
+    operators: Mapping[str, str]
+    metric_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The metric values of one refresh of the JobManager's metric store."""
+
+    uptime_ms: float | None
+    restarts: int | None
+    values: Mapping[tuple[str, str], Agg]
+    read_at: float
+
+    def find(self, vertices: Sequence[Vertex], metric_id: str) -> Agg | None:
+        """A metric by id in whichever vertex has it."""
+        for v in vertices:
+            agg = self.values.get((v.id, metric_id))
+            if agg is not None:
+                return agg
+        return None
+
+    def total(self, vertices: Sequence[Vertex], metric_id: str) -> int:
+        agg = self.find(vertices, metric_id)
+        return int(agg.sum) if agg else 0
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What one look at the REST API saw."""
+
+    job: Mapping[str, Any]
+    checkpoints: Mapping[str, Any] | None
+    vertices: tuple[Vertex, ...]
+    sample: Sample
+
+
+def _wanted(metric_id: str) -> bool:
+    last = metric_id.rsplit(".", 1)[-1]
+    if last in ("currentInputWatermark", "currentOutputWatermark", "backPressuredTimeMsPerSecond"):
+        return True
+    if metric_id == f"{PREPARE_OPERATOR}.invalid":
+        return True
+    return metric_id.startswith(f"{DEDUP_OPERATOR}.") and (
+        last in DEDUP_COUNTERS or last in DEDUP_GAUGES or last == "emitted" or last.startswith("rocksdb_")
+    )
+
+
+class Probe:
+    """Reads one job through the REST API; the job is found once, on the first read."""
+
+    def __init__(self, rest: RestClient, job_id: str | None = None) -> None:
+        self.rest = rest
+        self._job_id = job_id
+
+    def job_id(self) -> str:
+        if self._job_id is None:
+            self._job_id = pick_job(self.rest.call("GET", "/jobs/overview").get("jobs", []))
+        return self._job_id
+
+    def read(self) -> Reading:
+        jid = self.job_id()
+        job = self.rest.call("GET", f"/jobs/{jid}")
+        try:
+            checkpoints = self.rest.call("GET", f"/jobs/{jid}/checkpoints")
+        except JobControlError:  # checkpointing off, or the job is gone from the history
+            checkpoints = None
+        vertices = tuple(self._vertex(v) for v in job.get("vertices", []))
+        return Reading(job, checkpoints, vertices, self.sample(vertices))
+
+    def sample(self, vertices: Sequence[Vertex]) -> Sample:
+        """Counters and the uptime of one store refresh (read again if it changed meanwhile)."""
+        for _ in range(3):
+            before = self._job_metrics()
+            values = {k: v for vertex in vertices for k, v in self._values(vertex).items()}
+            after = self._job_metrics()
+            if before == after:
+                break
+        uptime = after.get("uptime")
+        restarts = after.get("numRestarts")
+        return Sample(uptime, int(restarts) if restarts is not None else None, values, time.monotonic())
+
+    def _vertex(self, raw: Mapping[str, Any]) -> Vertex:
+        jid = self.job_id()
+        listed = self.rest.call("GET", f"/jobs/{jid}/vertices/{raw['id']}/subtasks/metrics") or []
+        ids = tuple(m["id"] for m in listed if _wanted(m["id"]))
+        operators = {rest_name(n): n for n in operator_names(raw["name"])}
+        return Vertex(raw["id"], raw["name"], int(raw.get("parallelism", 1)), operators, ids)
+
+    def _values(self, vertex: Vertex) -> dict[tuple[str, str], Agg]:
+        if not vertex.metric_ids:
+            return {}
+        query = ",".join(urllib.parse.quote(i, safe="") for i in vertex.metric_ids)
+        path = f"/jobs/{self.job_id()}/vertices/{vertex.id}/subtasks/metrics?get={query}&agg=min,max,sum"
+        out = {}
+        for m in self.rest.call("GET", path) or []:
+            if "sum" in m:
+                out[(vertex.id, m["id"])] = Agg(float(m["min"]), float(m["max"]), float(m["sum"]))
+        return out
+
+    def _job_metrics(self) -> dict[str, float]:
+        try:
+            got = self.rest.call("GET", f"/jobs/{self.job_id()}/metrics?get=uptime,numRestarts") or []
+        except JobControlError:
+            return {}
+        return {m["id"]: float(m["value"]) for m in got if _is_number(m.get("value"))}
+
+
+def _is_number(value: object) -> bool:
+    try:
+        float(str(value))
+    except ValueError:
+        return False
+    return True
+
+
+def pick_job(jobs: Sequence[Mapping[str, Any]]) -> str:
+    """The only active job; else the most recently started one (to show why it stopped)."""
+    if not jobs:
+        raise JobControlError("no job on this cluster")
+    active = [j for j in jobs if j.get("state") in _ACTIVE_STATES]
+    if len(active) > 1:
+        ours = [j for j in active if j.get("name") == "notify-dedup"]
+        if len(ours) != 1:
+            listed = ", ".join(f"{j['jid']} ({j.get('name')})" for j in active)
+            raise JobControlError(f"{len(active)} jobs are running: {listed}; name one with --job")
+        active = ours
+    chosen = active[0] if active else max(jobs, key=lambda j: j.get("start-time", 0))
+    return str(chosen["jid"])
+
+
+# -- the report ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OperatorRow:
+    """One operator's watermark (min over subtasks) and lags, in milliseconds."""
+
+    operator: str
+    vertex: str
+    parallelism: int
+    watermark: int | None
+    lag_event_ms: int | None
+    lag_wall_ms: int | None
+    backpressured_ms_per_s: float | None
+    end_of_input: bool = False
+
+
+@dataclass(frozen=True)
+class CheckpointSummary:
+    completed: int
+    failed: int
+    in_progress: int
+    last_id: int | None = None
+    size_bytes: int | None = None
+    full_size_bytes: int | None = None
+    duration_ms: int | None = None
+    completed_at: int | None = None
+    age_ms: int | None = None
+    last_failure_at: int | None = None
+    last_failure: str | None = None
+
+
+@dataclass(frozen=True)
+class StateSummary:
+    keys_held: int
+    rocksdb_estimated_keys: int | None
+    rocksdb_live_data_bytes: int | None
+    rocksdb_sst_bytes: int | None
+    bloom_keys_estimate: int
+    bloom_fill_ratio_pct: float | None
+
+
+@dataclass(frozen=True)
+class BloomSummary:
+    """skip rate = reads skipped / lookups; fp rate = false positives / lookups of absent keys."""
+
+    skip_rate: float | None
+    fp_rate: float | None
+    fp_rate_configured: float
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    rest: str
+    job_id: str
+    job_name: str
+    state: str
+    start_time: int | None
+    uptime_ms: int | None
+    restarts: int | None
+    now: int
+    operators: tuple[OperatorRow, ...]
+    checkpoint: CheckpointSummary | None
+    state_size: StateSummary
+    totals: Mapping[str, int]
+    rates_per_s: Mapping[str, float] | None
+    rate_window_s: float | None
+    bloom: BloomSummary
+    emitted: Mapping[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _watermark(agg: Agg | None) -> tuple[int | None, bool]:
+    if agg is None or agg.min <= _NO_WATERMARK_BELOW:
+        return None, False
+    if agg.min >= _END_OF_INPUT_ABOVE:
+        return None, True
+    return int(agg.min), False
+
+
+def operator_rows(reading: Reading, newest_event_time: int | None, now: int) -> list[OperatorRow]:
+    """Sources by their output watermark, every other operator by its input watermark."""
+    rows = []
+    s = reading.sample
+    for v in reading.vertices:
+        bp = s.values.get((v.id, "backPressuredTimeMsPerSecond"))
+        for op_id, display in v.operators.items():
+            if _INTERNAL_OPERATOR.match(display):
+                continue
+            agg = s.values.get((v.id, f"{op_id}.currentInputWatermark"))
+            if agg is None:
+                agg = s.values.get((v.id, f"{op_id}.currentOutputWatermark"))
+                if agg is None:
+                    continue
+            wm, ended = _watermark(agg)
+            rows.append(OperatorRow(
+                operator=display, vertex=v.name, parallelism=v.parallelism, watermark=wm,
+                lag_event_ms=newest_event_time - wm if wm is not None and newest_event_time else None,
+                lag_wall_ms=now - wm if wm is not None else None,
+                backpressured_ms_per_s=bp.max if bp else None, end_of_input=ended,
+            ))
+    return rows
+
+
+def checkpoint_summary(raw: Mapping[str, Any] | None, now: int) -> CheckpointSummary | None:
+    if not raw or "counts" not in raw:
+        return None
+    counts = raw["counts"]
+    latest = raw.get("latest") or {}
+    done = latest.get("completed") or {}
+    failed = latest.get("failed") or {}
+    completed_at = done.get("latest_ack_timestamp")
+    failure_at = failed.get("failure_timestamp")
+    return CheckpointSummary(
+        completed=int(counts.get("completed", 0)),
+        failed=int(counts.get("failed", 0)),
+        in_progress=int(counts.get("in_progress", 0)),
+        last_id=done.get("id"),
+        size_bytes=done.get("checkpointed_size"),
+        full_size_bytes=done.get("state_size"),
+        duration_ms=done.get("end_to_end_duration"),
+        completed_at=completed_at,
+        age_ms=now - completed_at if completed_at else None,
+        last_failure_at=failure_at,
+        last_failure=failed.get("failure_message") if failure_at else None,
+    )
+
+
+def _rocksdb_sum(reading: Reading, prop: str, state: str | None = None) -> int | None:
+    """A RocksDB property of the dedup operator's column families (or of one), summed."""
+    found = [
+        agg.sum for (_, mid), agg in reading.sample.values.items()
+        if mid.startswith(f"{DEDUP_OPERATOR}.") and mid.endswith(f".rocksdb_{prop}")
+        and (state is None or mid == f"{DEDUP_OPERATOR}.{state}.rocksdb_{prop}")
+    ]
+    return int(sum(found)) if found else None
+
+
+def _ratio(part: int, whole: int) -> float | None:
+    return part / whole if whole > 0 else None
+
+
+def counter_totals(sample: Sample, vertices: Sequence[Vertex]) -> dict[str, int]:
+    totals = {n: sample.total(vertices, f"{DEDUP_OPERATOR}.{n}") for n in DEDUP_COUNTERS}
+    totals["invalid"] = sample.total(vertices, f"{PREPARE_OPERATOR}.invalid")
+    return totals
+
+
+class RateTracker:
+    """Outcome rates from successive samples; the window is the uptime between two refreshes."""
+
+    def __init__(self, vertices: Sequence[Vertex], min_window_ms: float = 2_000) -> None:
+        self.vertices = tuple(vertices)
+        self.min_window_ms = min_window_ms
+        self.rates: dict[str, float] | None = None
+        self.window_s: float | None = None
+        self._base: Sample | None = None
+
+    def update(self, sample: Sample) -> bool:
+        """Take a sample; True when it gave new rates."""
+        base = self._base
+        if base is None:
+            self._base = sample
+            return False
+        if sample.uptime_ms is not None and base.uptime_ms is not None:
+            window_ms = sample.uptime_ms - base.uptime_ms
+        else:  # no uptime metric: the local clock, coarser by up to one store refresh
+            window_ms = (sample.read_at - base.read_at) * 1000 if sample.values != base.values else 0
+        if sample.restarts != base.restarts or window_ms < 0:  # counters started again from 0
+            self._base, self.rates, self.window_s = sample, None, None
+            return False
+        if window_ms < self.min_window_ms:
+            return False
+        now_totals, then_totals = counter_totals(sample, self.vertices), counter_totals(base, self.vertices)
+        self.rates = {n: max(0, now_totals[n] - then_totals[n]) * 1000 / window_ms for n in RATE_NAMES}
+        self.window_s = window_ms / 1000
+        self._base = sample
+        return True
+
+
+def build_report(
+    reading: Reading, cfg: Settings, rest_url: str, tracker: RateTracker | None = None
+) -> StatusReport:
+    job, s, vs = reading.job, reading.sample, reading.vertices
+    now = int(job.get("now") or time.time() * 1000)
+    newest = s.find(vs, f"{DEDUP_OPERATOR}.newest_event_time")
+    newest_event_time = int(newest.max) if newest and newest.max > 0 else None
+    totals = counter_totals(s, vs)
+    lookups = totals["state_reads"] + totals["state_reads_skipped"]
+    absent = totals["bloom_false_positives"] + totals["state_reads_skipped"]
+    fill = s.find(vs, f"{DEDUP_OPERATOR}.bloom_fill_ratio_pct")
+    # dedup never writes to the invalid topic (prepare does): its counter there stays 0
+    emitted = {
+        t: int(agg.sum) for t in cfg.topics.outputs() if t != cfg.topics.invalid
+        for agg in [s.find(vs, f"{DEDUP_OPERATOR}.topic.{rest_name(t)}.emitted")] if agg is not None
+    }
+    start = job.get("start-time")
+    return StatusReport(
+        rest=rest_url,
+        job_id=str(job.get("jid")),
+        job_name=str(job.get("name")),
+        state=str(job.get("state")),
+        start_time=int(start) if start and start > 0 else None,
+        uptime_ms=int(job["duration"]) if job.get("duration", -1) >= 0 else None,
+        restarts=s.restarts,
+        now=now,
+        operators=tuple(operator_rows(reading, newest_event_time, now)),
+        checkpoint=checkpoint_summary(reading.checkpoints, now),
+        state_size=StateSummary(
+            keys_held=s.total(vs, f"{DEDUP_OPERATOR}.keys_held"),
+            rocksdb_estimated_keys=_rocksdb_sum(reading, "estimate-num-keys", ENTRIES_STATE),
+            rocksdb_live_data_bytes=_rocksdb_sum(reading, "estimate-live-data-size"),
+            rocksdb_sst_bytes=_rocksdb_sum(reading, "total-sst-files-size"),
+            bloom_keys_estimate=s.total(vs, f"{DEDUP_OPERATOR}.bloom_keys_estimate"),
+            bloom_fill_ratio_pct=fill.max if fill else None,
+        ),
+        totals=totals,
+        rates_per_s=dict(tracker.rates) if tracker and tracker.rates is not None else None,
+        rate_window_s=tracker.window_s if tracker else None,
+        bloom=BloomSummary(
+            skip_rate=_ratio(totals["state_reads_skipped"], lookups),
+            fp_rate=_ratio(totals["bloom_false_positives"], absent),
+            fp_rate_configured=cfg.dedup.bloom_fp_rate,
+        ),
+        emitted=emitted,
+    )
+
+
+def collect(
+    probe: Probe,
+    cfg: Settings,
+    sample_s: float,
+    *,
+    poll_s: float = 1.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> StatusReport:
+    """One report; waits up to ``sample_s`` for a second store refresh to give rates."""
+    reading = probe.read()
+    tracker = RateTracker(reading.vertices)
+    tracker.update(reading.sample)
+    if sample_s > 0 and reading.job.get("state") == "RUNNING":
+        deadline = time.monotonic() + sample_s
+        while time.monotonic() < deadline:
+            sleep(poll_s)
+            if tracker.update(probe.sample(reading.vertices)):
+                break
+    return build_report(reading, cfg, probe.rest.base, tracker)
+
+
+def watch(
+    probe: Probe,
+    cfg: Settings,
+    interval_s: float,
+    count: int | None,
+    emit: Callable[[StatusReport], None],
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """A report every ``interval_s``; rates over the last two store refreshes seen."""
+    tracker: RateTracker | None = None
+    shown = 0
+    while count is None or shown < count:
+        reading = probe.read()
+        if tracker is None or [v.id for v in tracker.vertices] != [v.id for v in reading.vertices]:
+            tracker = RateTracker(reading.vertices)
+        tracker.update(reading.sample)
+        emit(build_report(reading, cfg, probe.rest.base, tracker))
+        shown += 1
+        if count is None or shown < count:
+            sleep(interval_s)
+
+
+# -- command line ----------------------------------------------------------------------------
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("status", help="the job at a glance: watermarks, checkpoints, state, rates (REST API)")
+    p.add_argument("--rest", help="REST address (default: http://127.0.0.1:<flink.rest_port>)")
+    p.add_argument("--job", help="job id (default: the only running job)")
+    p.add_argument("--json", action="store_true", help="one JSON object (a line per refresh with --watch)")
+    p.add_argument("--watch", nargs="?", const=5.0, type=float, metavar="SECONDS",
+                   help="refresh every SECONDS (default 5) until interrupted")
+    p.add_argument("--count", type=int, help="with --watch: stop after this many refreshes")
+    p.add_argument("--sample", type=float, default=15.0, metavar="SECONDS",
+                   help="longest wait for a second reading of the counters, for rates (0: no rates)")
+    p.set_defaults(func=cmd_status)
+
+
+def cmd_status(cfg: Settings, args: argparse.Namespace) -> int:
+    from dedupctl.status_view import render
+
+    probe = Probe(RestClient(args.rest or f"http://127.0.0.1:{cfg.flink.rest_port}"), args.job)
+    clear = sys.stdout.isatty() and not args.json
+
+    def emit(report: StatusReport) -> None:
+        if args.json:
+            text = json.dumps(report.to_dict(), indent=None if args.watch is not None else 2)
+        else:
+            text = ("\x1b[H\x1b[2J" if clear else "") + render(report)
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+    if args.watch is not None:
+        watch(probe, cfg, max(0.5, args.watch), args.count, emit)
+    else:
+        emit(collect(probe, cfg, args.sample))
+    return 0

@@ -1,0 +1,160 @@
+"""Pure logic of the senders: retry policy, circuit breaker, token bucket (no Kafka, no clock)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from operators.errors import ConfigError
+from operators.senders.breaker import BreakerOptions, CircuitBreaker
+from operators.senders.bucket import RateLimit, TokenBucket
+from operators.senders.retry import RetryPolicy, format_step
+from operators.senders.statuses import CircuitState
+
+# -- retry policy ----------------------------------------------------------------------------------
+
+
+def test_waits_double_from_the_base() -> None:
+    policy = RetryPolicy(base_ms=1000, max_attempts=4, jitter_ratio=0.0)
+    assert [policy.nominal_delay_ms(a) for a in (1, 2, 3)] == [1000, 2000, 4000]
+    assert [policy.next_attempt_at(a, 10_000, 0.5) for a in (1, 2, 3)] == [11_000, 12_000, 14_000]
+
+
+def test_no_retry_after_the_last_attempt() -> None:
+    policy = RetryPolicy(base_ms=1000, max_attempts=4)
+    assert policy.next_attempt_at(3, 0, 0.0) is not None
+    assert policy.next_attempt_at(4, 0, 0.0) is None
+    assert RetryPolicy(base_ms=1000, max_attempts=1).next_attempt_at(1, 0, 0.0) is None
+
+
+def test_the_wait_is_capped() -> None:
+    policy = RetryPolicy(base_ms=1000, max_attempts=30, max_backoff_ms=5000, jitter_ratio=0.0)
+    assert [policy.nominal_delay_ms(a) for a in range(1, 7)] == [1000, 2000, 4000, 5000, 5000, 5000]
+    assert policy.steps() == (1000, 2000, 4000, 5000)
+    assert policy.nominal_delay_ms(200) == 5000  # no overflow
+
+
+@given(attempt=st.integers(1, 10), rand=st.floats(0.0, 1.0, exclude_max=True), ratio=st.floats(0.0, 1.0))
+def test_jitter_stays_within_its_ratio(attempt: int, rand: float, ratio: float) -> None:
+    policy = RetryPolicy(base_ms=1000, max_attempts=11, jitter_ratio=ratio)
+    nominal = policy.nominal_delay_ms(attempt)
+    assert nominal <= policy.delay_ms(attempt, rand) <= nominal * (1 + ratio)
+
+
+def test_jitter_spreads_the_waits() -> None:
+    policy = RetryPolicy(base_ms=1000, max_attempts=4, jitter_ratio=0.5)
+    assert policy.delay_ms(1, 0.0) == 1000
+    assert policy.delay_ms(1, 0.99) == 1495
+
+
+def test_a_longer_retry_after_wins() -> None:
+    policy = RetryPolicy(base_ms=1000, max_attempts=4, jitter_ratio=0.0)
+    assert policy.next_attempt_at(1, 0, 0.0, retry_after_ms=30_000) == 30_000
+    assert policy.next_attempt_at(1, 0, 0.0, retry_after_ms=10) == 1000
+
+
+def test_each_wait_goes_to_the_longest_step_that_fits() -> None:
+    policy = RetryPolicy(base_ms=1000, max_attempts=4)
+    assert policy.steps() == (1000, 2000, 4000)
+    assert [policy.step_for(w) for w in (1000, 1099, 2150, 4400, 60_000, 10)] == [1000, 1000, 2000, 4000, 4000, 1000]
+    assert [format_step(s) for s in (1000, 30_000, 1500)] == ["1s", "30s", "1500ms"]
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"base_ms": 0}, {"max_attempts": 0}, {"jitter_ratio": 1.5}, {"base_ms": 10, "max_backoff_ms": 5},
+])
+def test_bad_policies_are_config_errors(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ConfigError):
+        RetryPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+# -- circuit breaker -------------------------------------------------------------------------------
+
+OPTS = BreakerOptions(window=10, min_calls=4, failure_rate=0.5, open_ms=1000)
+
+
+def test_the_circuit_opens_at_the_failure_rate() -> None:
+    b = CircuitBreaker(OPTS)
+    for ok in (True, False, True):
+        assert b.use_primary(0)
+        assert b.record(success=ok, now_ms=0) is None
+    assert b.record(success=False, now_ms=5) is CircuitState.OPEN  # 2 of 4 failed
+    assert not b.use_primary(10)
+
+
+def test_no_decision_before_min_calls() -> None:
+    b = CircuitBreaker(OPTS)
+    for _ in range(3):
+        b.record(success=False, now_ms=0)
+    assert b.state is CircuitState.CLOSED
+    assert b.record(success=False, now_ms=0) is CircuitState.OPEN
+
+
+def test_a_healthy_primary_stays_closed() -> None:
+    b = CircuitBreaker(OPTS)
+    for i in range(100):
+        b.record(success=i % 3 != 2, now_ms=i)  # a third fail: below the rate
+    assert b.state is CircuitState.CLOSED
+
+
+def test_one_probe_after_open_ms_and_its_success_closes() -> None:
+    b = CircuitBreaker(OPTS)
+    for _ in range(4):
+        b.record(success=False, now_ms=100)
+    assert not b.use_primary(1099)
+    assert b.use_primary(1100)  # the probe
+    assert b.state is CircuitState.HALF_OPEN
+    assert not b.use_primary(1101)  # only one probe at a time
+    assert b.record(success=True, now_ms=1150) is CircuitState.CLOSED
+    assert b.use_primary(1151) and b.use_primary(1152)
+
+
+def test_a_failed_probe_opens_again_for_open_ms() -> None:
+    b = CircuitBreaker(OPTS)
+    for _ in range(4):
+        b.record(success=False, now_ms=0)
+    assert b.use_primary(1000)
+    assert b.record(success=False, now_ms=1200) is CircuitState.OPEN
+    assert not b.use_primary(2100)
+    assert b.use_primary(2200)
+
+
+def test_outcomes_of_the_secondary_and_stale_calls_are_ignored() -> None:
+    b = CircuitBreaker(OPTS)
+    for _ in range(4):
+        b.record(success=False, now_ms=0, primary=False)
+    assert b.state is CircuitState.CLOSED
+    for _ in range(4):
+        b.record(success=False, now_ms=0)
+    assert b.record(success=True, now_ms=1) is None  # started before it opened
+    assert b.state is CircuitState.OPEN
+
+
+# -- token bucket ----------------------------------------------------------------------------------
+
+
+def test_burst_then_the_rate() -> None:
+    bucket = TokenBucket(RateLimit(per_second=10, burst=3), now_s=0.0)
+    waits = [bucket.reserve(0.0) for _ in range(5)]
+    assert waits[:3] == [0.0, 0.0, 0.0]
+    assert waits[3] == pytest.approx(0.1) and waits[4] == pytest.approx(0.2)
+    assert bucket.reserve(10.0) == 0.0  # refilled, but never beyond the burst
+    assert bucket.available(10.0) == pytest.approx(2.0)
+
+
+@given(
+    gaps=st.lists(st.floats(0.0, 0.3), min_size=1, max_size=60),
+    rate=st.floats(1.0, 50.0),
+    burst=st.integers(1, 5),
+)
+def test_no_window_ever_exceeds_burst_plus_rate(gaps: list[float], rate: float, burst: int) -> None:
+    bucket = TokenBucket(RateLimit(per_second=rate, burst=burst), now_s=0.0)
+    now, uses = 0.0, []
+    for gap in gaps:
+        now += gap
+        uses.append(now + bucket.reserve(now))
+    assert uses == sorted(uses)  # callers go in turn
+    for i in range(len(uses)):
+        for j in range(i, len(uses)):
+            assert j - i + 1 <= burst + rate * (uses[j] - uses[i]) + 1e-6
