@@ -199,6 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="broker, job and scenario end to end")
     p.add_argument("--keep", action="store_true", help="keep the demo's files")
     p.set_defaults(func=cmd_demo)
+    from dedupctl.senders.cli import register as register_senders
+    register_senders(sub)
     return parser
 
 

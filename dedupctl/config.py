@@ -142,9 +142,14 @@ class DedupSettings:
             late_policy=LatePolicy(self.late_policy),
         )
 
+    def eviction_grain_ms(self) -> int:
+        """State outlives its window by at most this: 1/256 of the window, 1 s to 1 h."""
+        return min(3_600, max(1, self.default_window_sec // 256)) * 1000
+
     def bloom_config(self) -> BloomConfig:
-        # whole seconds, so that eviction timers (1 s grain) never outlive their segment
-        span = max(1, self.default_window_sec // self.bloom_segments_per_window) * 1000
+        # whole eviction grains, so a segment is dropped only after every key in it was evicted
+        grain = self.eviction_grain_ms()
+        span = max(1, -(-self.default_window_sec * 1000 // self.bloom_segments_per_window // grain)) * grain
         return BloomConfig(
             expected_keys=max(1, self.bloom_expected_keys // self.shards),
             fp_rate=self.bloom_fp_rate,
@@ -318,11 +323,13 @@ class SendersSettings:
         )
 
     def rate_limit(self, channel: Channel) -> RateLimit:
-        return RateLimit(per_second=float(getattr(self, f"{channel.value}_rate_per_sec")), burst=self.rate_burst)
+        rate = float(getattr(self, f"{channel.value}_rate_per_sec"))
+        return RateLimit(per_second=rate, burst=self.rate_burst)
 
     def providers(self, channel: Channel) -> tuple[str, str]:
         """The (primary, secondary) provider names of a channel; secondary may be empty."""
-        return str(getattr(self, f"{channel.value}_primary")), str(getattr(self, f"{channel.value}_secondary"))
+        name = channel.value
+        return str(getattr(self, f"{name}_primary")), str(getattr(self, f"{name}_secondary"))
 
     def delay_topics(self, source_topic: str) -> dict[int, str]:
         """Delay step (ms) -> the delay topic of a channel topic for that step."""

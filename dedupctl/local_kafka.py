@@ -83,8 +83,16 @@ class LocalBroker:
         """The broker's pid when its process is alive, else None."""
         try:
             pid = int(self.pid_file.read_text().strip())
-            os.kill(pid, 0)
         except (OSError, ValueError):
+            return None
+        try:  # reap it if it is our own child that has exited
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return None
+        except ChildProcessError:
+            pass  # not our child (started by another dedupctl)
+        try:
+            os.kill(pid, 0)
+        except OSError:
             return None
         return pid
 

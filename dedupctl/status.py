@@ -5,10 +5,8 @@ far it lags behind the newest event time and behind the wall clock; the last che
 state's size and keys; the dedup outcomes per second; the Bloom prefilter's skip rate and its
 false-positive rate against the configured one. docs/operations.md explains every figure.
 
-Rates come from two readings of the counters. The REST API serves metrics from a store that the
-JobManager refreshes at most every ``metrics.fetcher.update-interval`` (10 s by default), so a
-reading is paired with the job's ``uptime`` metric, which is fetched in the same refresh: a rate
-is the counter delta over the uptime delta, exact whatever the refresh interval.
+Rates come from two readings of the counters (dedupctl/status_probe.py): the counter delta
+between two refreshes of the JobManager's metric store over the job's uptime between them.
 """
 
 from __future__ import annotations
@@ -19,195 +17,33 @@ import json
 import re
 import sys
 import time
-import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from dedupctl.config import Settings
-from dedupctl.runner import JobControlError, RestClient
-
-#: operator names given in jobs/dedup_job.py (``.name(...)``)
-DEDUP_OPERATOR = "dedup"
-PREPARE_OPERATOR = "prepare"
-#: counters of the dedup operator (jobs/dedup_functions.py) and of prepare
-DEDUP_COUNTERS = (
-    "accepted", "duplicates", "late", "state_reads", "state_reads_skipped", "bloom_false_positives", "evicted",
+from dedupctl.runner import RestClient
+from dedupctl.status_probe import (
+    DEDUP_COUNTERS,
+    DEDUP_OPERATOR,
+    PREPARE_OPERATOR,
+    Agg,
+    Probe,
+    Reading,
+    Sample,
+    Vertex,
+    rest_name,
 )
-DEDUP_GAUGES = ("keys_held", "bloom_keys_estimate", "bloom_fill_ratio_pct", "bloom_bits", "newest_event_time")
-#: the outcomes shown as rates; invalid is counted by prepare
+
+#: the outcomes shown as rates
 RATE_NAMES = ("accepted", "duplicates", "late", "invalid")
 #: the column family of the dedup entries (MapStateDescriptor "entries")
 ENTRIES_STATE = "entries"
-#: PyFlink's own operators of key_by(): noise in a per-operator table
+#: PyFlink's own operators of key_by() (jobs built before the JVM sharded): noise in the table
 _INTERNAL_OPERATOR = re.compile(r"^(_.*|Map)$")
 #: Long.MIN_VALUE and Long.MAX_VALUE reach us as floats
 _NO_WATERMARK_BELOW = -(2**62)
 _END_OF_INPUT_ABOVE = 2**62
-_ACTIVE_STATES = ("RUNNING", "RESTARTING", "CREATED", "INITIALIZING", "RECONCILING")
-
-
-def rest_name(name: str) -> str:
-    """A name as Flink's metric query service writes it into metric ids."""
-    return re.sub(r"[ .:,]", "_", name)
-
-
-def operator_names(vertex_name: str) -> list[str]:
-    """The operators chained in a vertex, in order: ``a -> b -> (c, d)`` -> a, b, c, d."""
-    names: list[str] = []
-    for part in vertex_name.split(" -> "):
-        part = part.strip()
-        if part.startswith("(") and part.endswith(")"):
-            names.extend(p.strip() for p in part[1:-1].split(","))
-        else:
-            names.append(part)
-    return names
-
-
-@dataclass(frozen=True)
-class Agg:
-    """One metric over the subtasks of a vertex."""
-
-    min: float
-    max: float
-    sum: float
-
-
-@dataclass(frozen=True)
-class Vertex:
-    """A job vertex: its chained operators (metric-id name -> display name) and metric ids."""
-
-    id: str
-    name: str
-    parallelism: int
-    operators: Mapping[str, str]
-    metric_ids: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Sample:
-    """The metric values of one refresh of the JobManager's metric store."""
-
-    uptime_ms: float | None
-    restarts: int | None
-    values: Mapping[tuple[str, str], Agg]
-    read_at: float
-
-    def find(self, vertices: Sequence[Vertex], metric_id: str) -> Agg | None:
-        """A metric by id in whichever vertex has it."""
-        for v in vertices:
-            agg = self.values.get((v.id, metric_id))
-            if agg is not None:
-                return agg
-        return None
-
-    def total(self, vertices: Sequence[Vertex], metric_id: str) -> int:
-        agg = self.find(vertices, metric_id)
-        return int(agg.sum) if agg else 0
-
-
-@dataclass(frozen=True)
-class Reading:
-    """What one look at the REST API saw."""
-
-    job: Mapping[str, Any]
-    checkpoints: Mapping[str, Any] | None
-    vertices: tuple[Vertex, ...]
-    sample: Sample
-
-
-def _wanted(metric_id: str) -> bool:
-    last = metric_id.rsplit(".", 1)[-1]
-    if last in ("currentInputWatermark", "currentOutputWatermark", "backPressuredTimeMsPerSecond"):
-        return True
-    if metric_id == f"{PREPARE_OPERATOR}.invalid":
-        return True
-    return metric_id.startswith(f"{DEDUP_OPERATOR}.") and (
-        last in DEDUP_COUNTERS or last in DEDUP_GAUGES or last == "emitted" or last.startswith("rocksdb_")
-    )
-
-
-class Probe:
-    """Reads one job through the REST API; the job is found once, on the first read."""
-
-    def __init__(self, rest: RestClient, job_id: str | None = None) -> None:
-        self.rest = rest
-        self._job_id = job_id
-
-    def job_id(self) -> str:
-        if self._job_id is None:
-            self._job_id = pick_job(self.rest.call("GET", "/jobs/overview").get("jobs", []))
-        return self._job_id
-
-    def read(self) -> Reading:
-        jid = self.job_id()
-        job = self.rest.call("GET", f"/jobs/{jid}")
-        try:
-            checkpoints = self.rest.call("GET", f"/jobs/{jid}/checkpoints")
-        except JobControlError:  # checkpointing off, or the job is gone from the history
-            checkpoints = None
-        vertices = tuple(self._vertex(v) for v in job.get("vertices", []))
-        return Reading(job, checkpoints, vertices, self.sample(vertices))
-
-    def sample(self, vertices: Sequence[Vertex]) -> Sample:
-        """Counters and the uptime of one store refresh (read again if it changed meanwhile)."""
-        for _ in range(3):
-            before = self._job_metrics()
-            values = {k: v for vertex in vertices for k, v in self._values(vertex).items()}
-            after = self._job_metrics()
-            if before == after:
-                break
-        uptime = after.get("uptime")
-        restarts = after.get("numRestarts")
-        return Sample(uptime, int(restarts) if restarts is not None else None, values, time.monotonic())
-
-    def _vertex(self, raw: Mapping[str, Any]) -> Vertex:
-        jid = self.job_id()
-        listed = self.rest.call("GET", f"/jobs/{jid}/vertices/{raw['id']}/subtasks/metrics") or []
-        ids = tuple(m["id"] for m in listed if _wanted(m["id"]))
-        operators = {rest_name(n): n for n in operator_names(raw["name"])}
-        return Vertex(raw["id"], raw["name"], int(raw.get("parallelism", 1)), operators, ids)
-
-    def _values(self, vertex: Vertex) -> dict[tuple[str, str], Agg]:
-        if not vertex.metric_ids:
-            return {}
-        query = ",".join(urllib.parse.quote(i, safe="") for i in vertex.metric_ids)
-        path = f"/jobs/{self.job_id()}/vertices/{vertex.id}/subtasks/metrics?get={query}&agg=min,max,sum"
-        out = {}
-        for m in self.rest.call("GET", path) or []:
-            if "sum" in m:
-                out[(vertex.id, m["id"])] = Agg(float(m["min"]), float(m["max"]), float(m["sum"]))
-        return out
-
-    def _job_metrics(self) -> dict[str, float]:
-        try:
-            got = self.rest.call("GET", f"/jobs/{self.job_id()}/metrics?get=uptime,numRestarts") or []
-        except JobControlError:
-            return {}
-        return {m["id"]: float(m["value"]) for m in got if _is_number(m.get("value"))}
-
-
-def _is_number(value: object) -> bool:
-    try:
-        float(str(value))
-    except ValueError:
-        return False
-    return True
-
-
-def pick_job(jobs: Sequence[Mapping[str, Any]]) -> str:
-    """The only active job; else the most recently started one (to show why it stopped)."""
-    if not jobs:
-        raise JobControlError("no job on this cluster")
-    active = [j for j in jobs if j.get("state") in _ACTIVE_STATES]
-    if len(active) > 1:
-        ours = [j for j in active if j.get("name") == "notify-dedup"]
-        if len(ours) != 1:
-            listed = ", ".join(f"{j['jid']} ({j.get('name')})" for j in active)
-            raise JobControlError(f"{len(active)} jobs are running: {listed}; name one with --job")
-        active = ours
-    chosen = active[0] if active else max(jobs, key=lambda j: j.get("start-time", 0))
-    return str(chosen["jid"])
 
 
 # -- the report ------------------------------------------------------------------------------
@@ -356,8 +192,19 @@ def _ratio(part: int, whole: int) -> float | None:
 
 def counter_totals(sample: Sample, vertices: Sequence[Vertex]) -> dict[str, int]:
     totals = {n: sample.total(vertices, f"{DEDUP_OPERATOR}.{n}") for n in DEDUP_COUNTERS}
-    totals["invalid"] = sample.total(vertices, f"{PREPARE_OPERATOR}.invalid")
+    totals["invalid"] += sample.total(vertices, f"{PREPARE_OPERATOR}.invalid")
     return totals
+
+
+def emitted_per_topic(sample: Sample, cfg: Settings) -> dict[str, int]:
+    """Records the dedup operator wrote, per topic: under the configured names where they match
+    the metric's (in their order), under the metric's own name otherwise."""
+    found = {
+        mid.split(".")[2]: int(agg.sum) for (_, mid), agg in sample.values.items()
+        if mid.startswith(f"{DEDUP_OPERATOR}.topic.") and mid.endswith(".emitted")
+    }
+    out = {t: found.pop(rest_name(t)) for t in cfg.topics.outputs() if rest_name(t) in found}
+    return out | dict(sorted(found.items()))
 
 
 class RateTracker:
@@ -403,11 +250,7 @@ def build_report(
     lookups = totals["state_reads"] + totals["state_reads_skipped"]
     absent = totals["bloom_false_positives"] + totals["state_reads_skipped"]
     fill = s.find(vs, f"{DEDUP_OPERATOR}.bloom_fill_ratio_pct")
-    # dedup never writes to the invalid topic (prepare does): its counter there stays 0
-    emitted = {
-        t: int(agg.sum) for t in cfg.topics.outputs() if t != cfg.topics.invalid
-        for agg in [s.find(vs, f"{DEDUP_OPERATOR}.topic.{rest_name(t)}.emitted")] if agg is not None
-    }
+    emitted = emitted_per_topic(s, cfg)
     start = job.get("start-time")
     return StatusReport(
         rest=rest_url,
@@ -448,7 +291,11 @@ def collect(
     poll_s: float = 1.0,
     sleep: Callable[[float], None] = time.sleep,
 ) -> StatusReport:
-    """One report; waits up to ``sample_s`` for a second store refresh to give rates."""
+    """One report; waits up to ``sample_s`` for a second store refresh to give rates.
+
+    When it waited, the report shows the job as it is at the end of the wait: the gauges (the
+    RocksDB ones are refreshed every 5 s) and the checkpoint are the newest there are.
+    """
     reading = probe.read()
     tracker = RateTracker(reading.vertices)
     tracker.update(reading.sample)
@@ -458,6 +305,8 @@ def collect(
             sleep(poll_s)
             if tracker.update(probe.sample(reading.vertices)):
                 break
+        reading = probe.read()
+        tracker.update(reading.sample)
     return build_report(reading, cfg, probe.rest.base, tracker)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from dedupctl.status import StatusReport
@@ -57,13 +58,15 @@ def short_topic_names(names: list[str]) -> dict[str, str]:
     return {n: n[len(prefix):] or n for n in names}
 
 
-def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """The first column left-aligned, the others right-aligned."""
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    return [
-        "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
-        .rstrip()
-        for row in [header, *rows]
-    ]
+    lines = []
+    for row in [header, *rows]:
+        pairs = enumerate(zip(row, widths, strict=True))
+        cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in pairs]
+        lines.append("  ".join(cells).rstrip())
+    return lines
 
 
 def render(r: StatusReport) -> str:
@@ -93,14 +96,15 @@ def render(r: StatusReport) -> str:
         lines.append(
             f"checkpoint  #{c.last_id} {fmt_duration(c.age_ms)} ago, {fmt_bytes(c.size_bytes)} written"
             f" (full {fmt_bytes(c.full_size_bytes)}), took {fmt_duration(c.duration_ms)};"
-            f" {c.completed} completed, {c.failed} failed"
+            f" {c.completed:,} completed, {c.failed:,} failed"
         )
     if c is not None and c.last_failure_at and (c.completed_at is None or c.last_failure_at > c.completed_at):
-        lines.append(f"            last failure {fmt_time(c.last_failure_at)}: {c.last_failure or 'no reason given'}")
+        reason = c.last_failure or "no reason given"
+        lines.append(f"            last failure {fmt_time(c.last_failure_at)}: {reason}")
     st = r.state_size
-    rocks = NONE if st.rocksdb_estimated_keys is None else str(st.rocksdb_estimated_keys)
+    rocks = NONE if st.rocksdb_estimated_keys is None else f"{st.rocksdb_estimated_keys:,}"
     lines.append(
-        f"state       {st.keys_held} keys held (RocksDB estimate {rocks}); live data"
+        f"state       {st.keys_held:,} keys held (RocksDB estimate {rocks}); live data"
         f" {fmt_bytes(st.rocksdb_live_data_bytes)}, SST files {fmt_bytes(st.rocksdb_sst_bytes)}"
     )
     if r.rates_per_s is None:
@@ -110,8 +114,8 @@ def render(r: StatusReport) -> str:
         lines.append(f"rates       {rates}  (over {r.rate_window_s or 0:.1f} s)")
     t = r.totals
     lines.append(
-        f"totals      accepted {t['accepted']}  duplicates {t['duplicates']}  late {t['late']}"
-        f"  invalid {t['invalid']}  evicted {t['evicted']}"
+        f"totals      accepted {t['accepted']:,}  duplicates {t['duplicates']:,}  late {t['late']:,}"
+        f"  invalid {t['invalid']:,}  evicted {t['evicted']:,}"
     )
     b = r.bloom
     lines.append(
@@ -121,5 +125,5 @@ def render(r: StatusReport) -> str:
     )
     if r.emitted:
         short = short_topic_names(list(r.emitted))
-        lines.append("emitted     " + "  ".join(f"{short[t]} {n}" for t, n in r.emitted.items()))
+        lines.append("emitted     " + "  ".join(f"{short[t]} {n:,}" for t, n in r.emitted.items()))
     return "\n".join(lines)

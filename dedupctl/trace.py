@@ -14,7 +14,6 @@ Message parameters are never printed: they can hold one-time codes and addresses
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import re
 import sys
@@ -31,7 +30,7 @@ from dedupctl import kafka_io
 from dedupctl.config import Settings
 from operators import codec
 from operators.dedup_key import derive_dedup_key, resolve_dedup_key
-from operators.errors import InvalidRecordError
+from operators.errors import DedupError, InvalidRecordError
 from operators.routing import Topics
 
 STATUS_SCHEMA = "delivery_status"
@@ -109,8 +108,17 @@ def resolved_key(request: Mapping[str, Any]) -> str:
     ))
 
 
+def _decode(stem: str, raw: bytes) -> dict[str, Any] | None:
+    """A record of a topic of the data contract, or None when it cannot be read (skipped)."""
+    try:
+        return dict(codec.decode(stem, raw))
+    except Exception:  # noqa: BLE001 - fastavro raises many types; one bad record must not end a trace
+        return None
+
+
 def _where(msg: kafka_io.Message) -> Where:
-    return Where(msg.topic, msg.partition, msg.offset, msg.key.decode("utf-8", "replace") if msg.key else None)
+    key = msg.key.decode("utf-8", "replace") if msg.key else None
+    return Where(msg.topic, msg.partition, msg.offset, key)
 
 
 class Tracer:
@@ -144,30 +152,38 @@ class Tracer:
             self._status(msg)
         elif msg.topic == t.invalid:
             if self._needle in msg.value:
-                rec = codec.decode("invalid_record", msg.value)
+                rec = _decode("invalid_record", msg.value)
+                if rec is None:
+                    return
+                # the raw bytes are not shown: they can hold a request's params
                 self.result.invalid.append({
                     "kafka": asdict(_where(msg)), "error": rec["error"],
                     "source": str(Where(rec["topic"], rec["partition"], rec["offset"])),
-                    "raw_base64": base64.b64encode(rec["raw"]).decode(),
                 })
         elif msg.topic == t.duplicates:
-            notice = codec.decode("duplicate_notice", msg.value)
-            if self._ours(notice["notification_id"], notice["dedup_key"]) or notice["original_notification_id"] in self.ids:
+            notice = _decode("duplicate_notice", msg.value)
+            if notice is None:
+                return
+            original = notice["original_notification_id"]
+            if self._ours(notice["notification_id"], notice["dedup_key"]) or original in self.ids:
                 n = self.result.of(notice["notification_id"])
                 n.dedup_key = notice["dedup_key"]
                 n.duplicate = {**notice, "kafka": asdict(_where(msg))}
         elif msg.topic == t.late:
-            notice = codec.decode("late_notice", msg.value)
+            notice = _decode("late_notice", msg.value)
+            if notice is None:
+                return
             req = notice["request"]
             key = resolved_key(req)
             if self._ours(req["notification_id"], key):
                 n = self.result.of(req["notification_id"])
                 n.dedup_key = key
                 n.request = n.request or _summary(req)
-                n.late = {"watermark": notice["watermark"], "reason": notice["reason"], "kafka": asdict(_where(msg))}
+                n.late = {"watermark": notice["watermark"], "reason": notice["reason"]}
+                n.late["kafka"] = asdict(_where(msg))
         elif msg.topic in t.outputs():
-            m = codec.decode("channel_message", msg.value)
-            if self._ours(m["notification_id"], m["dedup_key"]):
+            m = _decode("channel_message", msg.value)
+            if m is not None and self._ours(m["notification_id"], m["dedup_key"]):
                 n = self.result.of(m["notification_id"])
                 n.dedup_key = m["dedup_key"]
                 n.request = n.request or _summary({k: m[k] for k in m if k not in ("message_key", "channel")})
@@ -180,13 +196,13 @@ class Tracer:
         return notification_id in self.ids or dedup_key in self.keys
 
     def _status(self, msg: kafka_io.Message) -> None:
-        try:
-            status = codec.decode(STATUS_SCHEMA, msg.value or b"")
-        except Exception:  # noqa: BLE001 - a status record we cannot read is skipped, not fatal
+        status = _decode(STATUS_SCHEMA, msg.value or b"")
+        if status is None:
             return
         key = str(status.get("message_key", ""))
         if self._ours(str(status.get("notification_id", "")), key.rsplit(":", 1)[0]):
-            self.result.of(str(status["notification_id"])).statuses.append({**status, "kafka": asdict(_where(msg))})
+            n = self.result.of(str(status["notification_id"]))
+            n.statuses.append({**status, "kafka": asdict(_where(msg))})
 
 
 def scan(
@@ -213,8 +229,11 @@ def scan(
             raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, f"no such topic: {missing}"))
         parts = [TopicPartition(t, p, OFFSET_BEGINNING) for t in names for p in metadata.topics[t].partitions]
         if since_ms is not None and parts:
-            found = consumer.offsets_for_times([TopicPartition(p.topic, p.partition, since_ms) for p in parts], 10)
-            parts = [TopicPartition(p.topic, p.partition, p.offset if p.offset >= 0 else OFFSET_END) for p in found]
+            wanted = [TopicPartition(p.topic, p.partition, since_ms) for p in parts]
+            parts = [
+                TopicPartition(p.topic, p.partition, p.offset if p.offset >= 0 else OFFSET_END)
+                for p in consumer.offsets_for_times(wanted, 10)
+            ]
         consumer.assign(parts)
         pending = {(p.topic, p.partition) for p in parts}
         deadline = time.monotonic() + timeout_s
@@ -250,15 +269,21 @@ def status_topic_of(cfg: Settings) -> str | None:
     return str(topic) if topic else None
 
 
+class TraceError(DedupError):
+    """The topics to trace in are not there."""
+
+
 def trace(
     cfg: Settings, query: str, *, since_ms: int | None = None, timeout_s: float = 60.0
 ) -> TraceResult:
     client = cfg.kafka.client_config()
     topics = cfg.topics
     status_topic = status_topic_of(cfg)
-    if status_topic and not (
-        STATUS_SCHEMA in codec.SCHEMA_FILES and status_topic in existing_topics(client, [status_topic])
-    ):
+    found = existing_topics(client, [*topics.all(), *([status_topic] if status_topic else [])])
+    missing = [t for t in topics.all() if t not in found]
+    if missing:
+        raise TraceError(f"no topic {', '.join(missing)} on {cfg.kafka.bootstrap_servers}: check [topics]")
+    if status_topic not in found or STATUS_SCHEMA not in codec.SCHEMA_FILES:
         status_topic = None
     tracer = Tracer(query, topics, status_topic)
     for msg in scan(client, [topics.requests], since_ms=since_ms, timeout_s=timeout_s):

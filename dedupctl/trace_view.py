@@ -49,7 +49,8 @@ def _notification(n: NotificationTrace, note: str = "") -> list[str]:
         lines.append(f"    {m['channel']:<9} {_at(m['kafka'])}  message key {m['message_key']}"
                      + (f"  Kafka key {key}" if key else ""))
     if n.duplicate is not None:
-        lines.append(f"    notice    {_at(n.duplicate['kafka'])}")
+        d = n.duplicate
+        lines.append(f"    notice    {_at(d['kafka'])}  event time {fmt_time(d['event_time'])}")
     if n.late is not None:
         lines.append(f"    notice    {_at(n.late['kafka'])}  {n.late['reason']}")
     for s in sorted(n.statuses, key=lambda s: (s.get("at") or 0, s["kafka"]["offset"])):
@@ -73,7 +74,9 @@ def render(result: TraceResult) -> str:
     for n in related:
         lines += _notification(n, "  (same dedup key)")
     for inv in result.invalid:
-        lines.append(f"INVALID  {_at(inv['kafka'])}: {inv['error']} (read from {inv['source']}; raw bytes mention {q})")
+        lines.append(
+            f"INVALID  {_at(inv['kafka'])}: {inv['error']} (read from {inv['source']}; raw bytes mention {q})"
+        )
     if result.status_topic is None:
         lines.append("(no delivery status: no senders' status topic on this broker)")
     return "\n".join(lines)

@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 
 from pyflink.common import Configuration, WatermarkStrategy
-from pyflink.datastream import StreamExecutionEnvironment
+from pyflink.common.typeinfo import Types
+from pyflink.datastream import DataStream, KeyedStream, StreamExecutionEnvironment
 from pyflink.datastream.connectors import DeliveryGuarantee
 from pyflink.datastream.connectors.kafka import (
     KafkaOffsetResetStrategy,
@@ -29,15 +30,7 @@ from pyflink.datastream.connectors.kafka import (
 from pyflink.java_gateway import get_gateway
 
 from dedupctl.config import REPO_ROOT, Settings, load_settings
-from jobs.dedup_functions import (
-    INVALID_TAG,
-    KEYED_TYPE,
-    RAW_TYPE,
-    ROUTED_TYPE,
-    DedupOptions,
-    DedupShard,
-    PrepareRequest,
-)
+from jobs.dedup_functions import RAW_TYPE, ROUTED_TYPE, SHARDED_TYPE, DedupOptions, DedupShard
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +38,7 @@ JARS_DIR = REPO_ROOT / ".cache" / "jars" / "flink"
 JOB_NAME = "notify-dedup"
 #: stable operator ids: savepoints map state by these; never change them
 UID_SOURCE = "requests-source"
-UID_PREPARE = "prepare-requests"
+UID_SHARD = "shard-requests"
 UID_DEDUP = "dedup-by-key"
 UID_SINK = "outputs-sink"
 
@@ -104,8 +97,8 @@ def dedup_options(cfg: Settings) -> DedupOptions:
         topics=cfg.topics,
         window=cfg.dedup.window_config(),
         bloom=cfg.dedup.bloom_config(),
-        shards=cfg.dedup.shards,
-        bloom_snapshot_every=cfg.dedup.bloom_snapshot_every,
+        eviction_grain_ms=cfg.dedup.eviction_grain_ms(),
+        fold_every=cfg.dedup.bloom_snapshot_every,
         max_future_ms=cfg.dedup.max_future_ms,
     )
 
@@ -136,15 +129,20 @@ def build_pipeline(env: StreamExecutionEnvironment, cfg: Settings) -> None:
     )
     raw = env.from_source(source_builder.build(), watermarks, "requests", RAW_TYPE).uid(UID_SOURCE)
 
-    options = dedup_options(cfg)
-    prepared = raw.process(PrepareRequest(options), KEYED_TYPE).name("prepare").uid(UID_PREPARE)
-    decided = (
-        prepared.key_by(lambda row: row[0])
-        .process(DedupShard(options), ROUTED_TYPE)
+    # dedup key and shard in the JVM; then keyed by shard the way PyFlink's keyed operators
+    # expect (Row(key, payload), KeyByKeySelector), so dedup is the only Python operator
+    j_sharded = raw._j_data_stream.map(jvm.io.notifydedup.flink.ShardedRequests(cfg.dedup.shards))
+    sharded = DataStream(j_sharded).name("shard").uid(UID_SHARD)
+    j_keyed = sharded._j_data_stream.keyBy(
+        jvm.org.apache.flink.streaming.api.functions.python.KeyByKeySelector(),
+        Types.ROW([Types.INT()]).get_java_type_info(),
+    )
+    outputs = (
+        KeyedStream(j_keyed, SHARDED_TYPE, sharded)
+        .process(DedupShard(dedup_options(cfg)), ROUTED_TYPE)
         .name("dedup")
         .uid(UID_DEDUP)
     )
-    outputs = decided.union(prepared.get_side_output(INVALID_TAG))
 
     sink_builder = (
         KafkaSink.builder()

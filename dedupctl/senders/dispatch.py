@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from dedupctl.senders.metrics import Metrics
 from dedupctl.senders.providers.base import Provider
@@ -87,7 +88,8 @@ class Dispatcher:
         if self._breaker is not None:
             with self._lock:
                 changed = self._breaker.record(
-                    success=result.outcome is not AttemptOutcome.TRANSIENT, now_ms=self._clock_ms(),
+                    success=result.outcome is not AttemptOutcome.TRANSIENT,
+                    now_ms=self._clock_ms(),
                     primary=provider is self.primary,
                 )
             if changed is not None:
@@ -100,8 +102,11 @@ class Dispatcher:
         self._limiters[provider.name].acquire()
         try:
             provider.send(
-                to=to, message_key=delivery.message_key, channel=delivery.channel,
-                template_id=delivery.template_id, params=delivery.params,
+                to=to,
+                message_key=delivery.message_key,
+                channel=delivery.channel,
+                template_id=delivery.template_id,
+                params=delivery.params,
             )
             return AttemptResult(AttemptOutcome.SENT, provider=provider.name)
         except ProviderRetryableError as exc:
@@ -109,17 +114,25 @@ class Dispatcher:
             return AttemptResult(AttemptOutcome.TRANSIENT, exc.reason, retry_after, provider=provider.name)
         except ProviderPermanentError as exc:
             return AttemptResult(
-                AttemptOutcome.PERMANENT, exc.reason, deactivate_address=exc.deactivate_address,
+                AttemptOutcome.PERMANENT,
+                exc.reason,
+                deactivate_address=exc.deactivate_address,
                 provider=provider.name,
             )
 
     def _publish_state(self, state: CircuitState, *, initial: bool = False) -> None:
-        labels = {"channel": self.channel.value, "provider": self.primary.name}
+        labels: dict[str, Any] = {"channel": self.channel.value, "provider": self.primary.name}
         self._metrics.set("sender_circuit_state", _CIRCUIT_GAUGE[state], **labels)
         if initial:
             return
         assert self.secondary is not None
         target = self.secondary.name if state is CircuitState.OPEN else self.primary.name
-        logger.warning("%s circuit of %s is %s: traffic goes to %s", self.channel, self.primary.name, state,
-                       target, extra={"provider": self.primary.name})
+        logger.warning(
+            "%s circuit of %s is %s: traffic goes to %s",
+            self.channel,
+            self.primary.name,
+            state,
+            target,
+            extra={"provider": self.primary.name},
+        )
         self._metrics.inc("sender_circuit_changes_total", to=state.value, **labels)

@@ -36,8 +36,9 @@ def group_id(cfg: Settings, channel: Channel, lane: Lane) -> str:
     return f"{cfg.senders.group_prefix}.{channel.value}.{lane.value}"
 
 
-def sender_topics(cfg: Settings, channels: Iterable[Channel] = ALL_CHANNELS,
-                  lanes: Iterable[Lane] = ALL_LANES) -> list[str]:
+def sender_topics(
+    cfg: Settings, channels: Iterable[Channel] = ALL_CHANNELS, lanes: Iterable[Lane] = ALL_LANES
+) -> list[str]:
     """The topics the senders write: status, dead letters, and the delay topics of each lane."""
     names = [cfg.senders.status_topic, cfg.senders.dlq_topic]
     for channel in channels:
@@ -46,10 +47,13 @@ def sender_topics(cfg: Settings, channels: Iterable[Channel] = ALL_CHANNELS,
     return names
 
 
-def ensure_topics(cfg: Settings, channels: Iterable[Channel] = ALL_CHANNELS,
-                  lanes: Iterable[Lane] = ALL_LANES) -> dict[str, str]:
+def ensure_topics(
+    cfg: Settings, channels: Iterable[Channel] = ALL_CHANNELS, lanes: Iterable[Lane] = ALL_LANES
+) -> dict[str, str]:
     return kafka_io.create_topics(
-        cfg.kafka.client_config(), sender_topics(cfg, channels, lanes), cfg.kafka.partitions,
+        cfg.kafka.client_config(),
+        sender_topics(cfg, channels, lanes),
+        cfg.kafka.partitions,
         cfg.kafka.replication_factor,
     )
 
@@ -64,7 +68,9 @@ def open_status_store(cfg: Settings) -> StatusStore:
 
 
 def build_dispatchers(
-    cfg: Settings, channels: Iterable[Channel], metrics: Metrics,
+    cfg: Settings,
+    channels: Iterable[Channel],
+    metrics: Metrics,
     providers: Mapping[Channel, tuple[Provider, Provider | None]] | None = None,
 ) -> dict[Channel, Dispatcher]:
     """One dispatcher per channel; ``providers`` replaces the configured ones (tests, the demo)."""
@@ -76,19 +82,29 @@ def build_dispatchers(
             primary_spec, secondary_spec = cfg.senders.providers(channel)
             if not primary_spec:
                 raise ConfigError(
-                    f"no provider for {channel}: set senders.{channel.value}_primary (an http(s) URL, 'smtp' or"
+                    f"no provider for {channel}: set senders.{channel.value}_primary"
+                    " (an http(s) URL, 'smtp' or"
                     f" 'fake'), or leave the channel out with --channel"
                 )
-            primary = build_provider(primary_spec, name=provider_label(primary_spec), settings=cfg.senders,
-                                     metrics=metrics)
+            primary = build_provider(
+                primary_spec, name=provider_label(primary_spec), settings=cfg.senders, metrics=metrics
+            )
             secondary = None
             if secondary_spec:
                 label = provider_label(secondary_spec)
-                secondary = build_provider(secondary_spec, name=label if label != primary.name else f"{label}-2",
-                                           settings=cfg.senders, metrics=metrics)
+                secondary = build_provider(
+                    secondary_spec,
+                    name=label if label != primary.name else f"{label}-2",
+                    settings=cfg.senders,
+                    metrics=metrics,
+                )
         out[channel] = Dispatcher(
-            channel=channel, primary=primary, secondary=secondary, limit=cfg.senders.rate_limit(channel),
-            breaker=cfg.senders.breaker_options(), metrics=metrics,
+            channel=channel,
+            primary=primary,
+            secondary=secondary,
+            limit=cfg.senders.rate_limit(channel),
+            breaker=cfg.senders.breaker_options(),
+            metrics=metrics,
         )
     return out
 
@@ -173,16 +189,35 @@ def build_pool(
                 txn_id = f"{group_id(cfg, channel, lane)}.{instance}.{n}"
                 store = open_status_store(cfg)
                 handler = DeliveryHandler(
-                    channel=channel, lane=lane, store=store, dispatcher=dispatchers[channel], addresses=book,
-                    policy=policy, topics=topics, lease_ms=s.lease_ms, owner=f"{txn_id}/{uuid.uuid4().hex[:8]}",
-                    metrics=metrics, on_attempt=on_attempt,
+                    channel=channel,
+                    lane=lane,
+                    store=store,
+                    dispatcher=dispatchers[channel],
+                    addresses=book,
+                    policy=policy,
+                    topics=topics,
+                    lease_ms=s.lease_ms,
+                    owner=f"{txn_id}/{uuid.uuid4().hex[:8]}",
+                    metrics=metrics,
+                    on_attempt=on_attempt,
                 )
                 options = WorkerOptions(
-                    group_id=group_id(cfg, channel, lane), transactional_id=txn_id, source_topic=source,
-                    delay_topics=list(s.delay_topics(source).values()), batch_size=s.batch_size,
-                    poll_timeout_s=s.poll_timeout_ms / 1000, session_timeout_ms=s.session_timeout_ms,
+                    group_id=group_id(cfg, channel, lane),
+                    transactional_id=txn_id,
+                    source_topic=source,
+                    delay_topics=list(s.delay_topics(source).values()),
+                    batch_size=s.batch_size,
+                    poll_timeout_s=s.poll_timeout_ms / 1000,
+                    session_timeout_ms=s.session_timeout_ms,
                     transaction_timeout_ms=s.transaction_timeout_ms,
                 )
-                workers.append(SenderWorker(name=name, client_config=cfg.kafka.client_config(), options=options,
-                                            handler=handler, metrics=metrics))
+                workers.append(
+                    SenderWorker(
+                        name=name,
+                        client_config=cfg.kafka.client_config(),
+                        options=options,
+                        handler=handler,
+                        metrics=metrics,
+                    )
+                )
     return SenderPool(workers, metrics, dispatchers)

@@ -85,11 +85,37 @@ class StatusRow:
 
     @classmethod
     def from_db(cls, row: tuple[Any, ...]) -> StatusRow:
-        (key, nid, channel, lane, status, attempts, provider, error, dead, retry_at, lease, owner, unpub,
-         updated) = row
+        (
+            key,
+            nid,
+            channel,
+            lane,
+            status,
+            attempts,
+            provider,
+            error,
+            dead,
+            retry_at,
+            lease,
+            owner,
+            unpub,
+            updated,
+        ) = row
         return cls(
-            key, nid, Channel(channel), Lane(lane), DeliveryStatus(status), int(attempts), provider, error,
-            DeadLetterReason(dead) if dead else None, retry_at, int(lease), owner, bool(unpub), int(updated),
+            key,
+            nid,
+            Channel(channel),
+            Lane(lane),
+            DeliveryStatus(status),
+            int(attempts),
+            provider,
+            error,
+            DeadLetterReason(dead) if dead else None,
+            retry_at,
+            int(lease),
+            owner,
+            bool(unpub),
+            int(updated),
         )
 
     def state(self) -> StoredState:
@@ -137,20 +163,37 @@ class StatusStore:
     # -- transitions ------------------------------------------------------------------------------
 
     def claim(
-        self, *, message_key: str, notification_id: str, channel: Channel, lane: Lane, attempt: int,
-        now_ms: int, lease_ms: int, owner: str,
+        self,
+        *,
+        message_key: str,
+        notification_id: str,
+        channel: Channel,
+        lane: Lane,
+        attempt: int,
+        now_ms: int,
+        lease_ms: int,
+        owner: str,
     ) -> tuple[ClaimDecision, StatusRow | None]:
         """queued -> sending for ``attempt``, if ``decide_claim`` allows it; else why not."""
         with self._tx() as cur:
             self._exec(
                 cur,
                 "INSERT INTO delivery_status (message_key, notification_id, channel, lane, status, attempts,"
-                " created_ms, updated_ms) VALUES (?, ?, ?, ?, ?, 0, ?, ?) ON CONFLICT (message_key) DO NOTHING",
-                (message_key, notification_id, channel.value, lane.value, DeliveryStatus.QUEUED.value,
-                 now_ms, now_ms),
+                " created_ms, updated_ms) VALUES (?, ?, ?, ?, ?, 0, ?, ?)"
+                " ON CONFLICT (message_key) DO NOTHING",
+                (
+                    message_key,
+                    notification_id,
+                    channel.value,
+                    lane.value,
+                    DeliveryStatus.QUEUED.value,
+                    now_ms,
+                    now_ms,
+                ),
             )
             found = self._exec(
-                cur, f"SELECT {_COLUMNS} FROM delivery_status WHERE message_key = ?{self._lock_suffix}",
+                cur,
+                f"SELECT {_COLUMNS} FROM delivery_status WHERE message_key = ?{self._lock_suffix}",
                 (message_key,),
             ).fetchone()
             row = StatusRow.from_db(found)
@@ -166,26 +209,48 @@ class StatusStore:
             return decision, row
 
     def finish(
-        self, *, message_key: str, attempt: int, owner: str, plan: OutcomePlan, provider: str | None,
-        error: str | None, now_ms: int, deactivate: tuple[Channel, str] | None = None,
+        self,
+        *,
+        message_key: str,
+        attempt: int,
+        owner: str,
+        plan: OutcomePlan,
+        provider: str | None,
+        error: str | None,
+        now_ms: int,
+        deactivate: tuple[Channel, str] | None = None,
     ) -> bool:
         """sending -> the plan's status, if this worker still holds the claim. ``deactivate``
         (channel, address) is marked inactive in the same transaction."""
         check_transition(DeliveryStatus.SENDING, plan.status)
         with self._tx() as cur:
-            done = self._exec(
-                cur,
-                "UPDATE delivery_status SET status = ?, provider = ?, last_error = ?, dead_letter = ?,"
-                " retry_at_ms = ?, lease_until_ms = 0, unpublished = 1, updated_ms = ?"
-                " WHERE message_key = ? AND status = ? AND attempts = ? AND owner = ?",
-                (plan.status.value, provider, error, plan.dead_letter.value if plan.dead_letter else None,
-                 plan.retry_at_ms, now_ms, message_key, DeliveryStatus.SENDING.value, attempt, owner),
-            ).rowcount == 1
+            done = (
+                self._exec(
+                    cur,
+                    "UPDATE delivery_status SET status = ?, provider = ?, last_error = ?, dead_letter = ?,"
+                    " retry_at_ms = ?, lease_until_ms = 0, unpublished = 1, updated_ms = ?"
+                    " WHERE message_key = ? AND status = ? AND attempts = ? AND owner = ?",
+                    (
+                        plan.status.value,
+                        provider,
+                        error,
+                        plan.dead_letter.value if plan.dead_letter else None,
+                        plan.retry_at_ms,
+                        now_ms,
+                        message_key,
+                        DeliveryStatus.SENDING.value,
+                        attempt,
+                        owner,
+                    ),
+                ).rowcount
+                == 1
+            )
             if done and deactivate is not None:
                 channel, address = deactivate
                 self._exec(
                     cur,
-                    "INSERT INTO inactive_address (channel, address_hash, reason, since_ms) VALUES (?, ?, ?, ?)"
+                    "INSERT INTO inactive_address (channel, address_hash, reason, since_ms)"
+                    " VALUES (?, ?, ?, ?)"
                     " ON CONFLICT (channel, address_hash) DO NOTHING",
                     (channel.value, address_hash(channel, address), error or "", now_ms),
                 )
@@ -198,26 +263,37 @@ class StatusStore:
             return
         with self._tx() as cur:
             cur.executemany(
-                self._sql("UPDATE delivery_status SET unpublished = 0 WHERE message_key = ? AND attempts = ?"),
+                self._sql(
+                    "UPDATE delivery_status SET unpublished = 0 WHERE message_key = ? AND attempts = ?"
+                ),
                 items,
             )
 
     def mark_delivered(self, message_key: str, now_ms: int) -> bool:
         """sent -> delivered, from a provider's delivery receipt."""
         with self._tx() as cur:
-            return bool(self._exec(
-                cur, "UPDATE delivery_status SET status = ?, updated_ms = ? WHERE message_key = ? AND status = ?",
-                (DeliveryStatus.DELIVERED.value, now_ms, message_key, DeliveryStatus.SENT.value),
-            ).rowcount == 1)
+            return bool(
+                self._exec(
+                    cur,
+                    "UPDATE delivery_status SET status = ?, updated_ms = ?"
+                    " WHERE message_key = ? AND status = ?",
+                    (DeliveryStatus.DELIVERED.value, now_ms, message_key, DeliveryStatus.SENT.value),
+                ).rowcount
+                == 1
+            )
 
     # -- addresses and reads ----------------------------------------------------------------------
 
     def is_inactive(self, channel: Channel, address: str) -> bool:
         with self._tx(write=False) as cur:
-            return self._exec(
-                cur, "SELECT 1 FROM inactive_address WHERE channel = ? AND address_hash = ?",
-                (channel.value, address_hash(channel, address)),
-            ).fetchone() is not None
+            return (
+                self._exec(
+                    cur,
+                    "SELECT 1 FROM inactive_address WHERE channel = ? AND address_hash = ?",
+                    (channel.value, address_hash(channel, address)),
+                ).fetchone()
+                is not None
+            )
 
     def get(self, message_key: str) -> StatusRow | None:
         with self._tx(write=False) as cur:
@@ -228,7 +304,9 @@ class StatusStore:
 
     def rows(self) -> list[StatusRow]:
         with self._tx(write=False) as cur:
-            found = self._exec(cur, f"SELECT {_COLUMNS} FROM delivery_status ORDER BY created_ms, message_key")
+            found = self._exec(
+                cur, f"SELECT {_COLUMNS} FROM delivery_status ORDER BY created_ms, message_key"
+            )
             return [StatusRow.from_db(r) for r in found.fetchall()]
 
 
@@ -238,14 +316,16 @@ def open_store(location: str, *, synchronous: str = "FULL", password: str | None
         try:
             import psycopg
         except ImportError:
-            raise StatusStoreError("a postgresql:// status store needs psycopg (pip install psycopg)") from None
+            raise StatusStoreError(
+                "a postgresql:// status store needs psycopg (pip install psycopg)"
+            ) from None
         try:
             conn = psycopg.connect(location, password=password) if password else psycopg.connect(location)
         except psycopg.Error as exc:
             raise StatusStoreError(f"cannot connect to the status store: {exc}") from None
         return StatusStore(conn, dialect="postgresql")
     # sqlite:///relative.db or sqlite:////absolute/path.db, as SQLAlchemy spells them
-    path = Path(location[len("sqlite:///"):] if location.startswith("sqlite:///") else location)
+    path = Path(location[len("sqlite:///") :] if location.startswith("sqlite:///") else location)
     if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
         raise StatusStoreError(f"unknown sqlite synchronous mode {synchronous!r}")
     path.parent.mkdir(parents=True, exist_ok=True)

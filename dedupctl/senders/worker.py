@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from dedupctl.senders.handler import DeliveryHandler, Output
 from dedupctl.senders.metrics import Metrics
+from operators.senders.errors import SenderError
 
 logger = logging.getLogger(__name__)
 
@@ -50,9 +51,33 @@ class WorkerOptions:
     lag_interval_s: float = 1.0
 
 
+def _position(msg: Message) -> tuple[str, int, int]:
+    topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+    assert topic is not None and partition is not None and offset is not None  # a record, not an error
+    return topic, partition, offset
+
+
+def _abort_quietly(producer: Producer) -> None:
+    """Abort an open transaction on the way out, so that read_committed readers need not wait
+    for the broker's transaction timeout; a fatal producer cannot, and the broker will."""
+    try:
+        producer.abort_transaction(5)
+    except KafkaException:
+        logger.debug("abort_transaction failed", exc_info=True)
+
+
+def _bytes(raw: str | bytes | None) -> bytes | None:
+    return raw.encode() if isinstance(raw, str) else raw
+
+
 class SenderWorker:
     def __init__(
-        self, *, name: str, client_config: Mapping[str, str], options: WorkerOptions, handler: DeliveryHandler,
+        self,
+        *,
+        name: str,
+        client_config: Mapping[str, str],
+        options: WorkerOptions,
+        handler: DeliveryHandler,
         metrics: Metrics,
     ) -> None:
         self.name = name
@@ -64,6 +89,7 @@ class SenderWorker:
         self._delay = set(options.delay_topics)
         self._holds: dict[TP, tuple[int, int]] = {}  # partition -> (offset to resume at, until ms)
         self._assigned: list[TopicPartition] = []
+        self._unpause: list[TopicPartition] = []
         self._labels = {"channel": handler.channel.value, "lane": handler.lane.value}
         self._next_lag = 0.0
 
@@ -71,27 +97,40 @@ class SenderWorker:
 
     def run(self, stop: threading.Event) -> None:
         o = self.options
-        consumer = Consumer({
-            **self._client_config,
-            "group.id": o.group_id,
-            "isolation.level": "read_committed",
-            "enable.auto.commit": "false",
-            "auto.offset.reset": "earliest",
-            "session.timeout.ms": str(o.session_timeout_ms),
-            "fetch.wait.max.ms": "100",
-        })
-        producer = Producer({
-            **self._client_config,
-            "transactional.id": o.transactional_id,
-            "transaction.timeout.ms": str(o.transaction_timeout_ms),
-            "linger.ms": "5",
-        })
+        consumer = Consumer(
+            {
+                **self._client_config,
+                "group.id": o.group_id,
+                "isolation.level": "read_committed",
+                "enable.auto.commit": "false",
+                "auto.offset.reset": "earliest",
+                "session.timeout.ms": str(o.session_timeout_ms),
+                "fetch.wait.max.ms": "100",
+            }
+        )
+        producer = Producer(
+            {
+                **self._client_config,
+                "transactional.id": o.transactional_id,
+                "transaction.timeout.ms": str(o.transaction_timeout_ms),
+                "linger.ms": "5",
+            }
+        )
         try:
             producer.init_transactions(30)
-            consumer.subscribe([o.source_topic, *o.delay_topics], on_assign=self._on_assign,
-                               on_revoke=self._on_revoke, on_lost=self._on_revoke)
+            self._await_topics(consumer, [o.source_topic, *o.delay_topics])
+            consumer.subscribe(
+                [o.source_topic, *o.delay_topics],
+                on_assign=self._on_assign,
+                on_revoke=self._on_revoke,
+                on_lost=self._on_revoke,
+            )
             logger.info("%s consuming %s (group %s)", self.name, o.source_topic, o.group_id)
             while not stop.is_set():
+                if self._unpause:
+                    # holds end with the assignment; make sure no pause outlives it either
+                    consumer.resume(self._unpause)
+                    self._unpause = []
                 self._resume_due(consumer)
                 batch = consumer.consume(num_messages=o.batch_size, timeout=self._poll_timeout())
                 if batch:
@@ -102,10 +141,29 @@ class SenderWorker:
             consumer.close()
             logger.info("%s stopped", self.name)
 
+    def _await_topics(self, consumer: Consumer, names: list[str], timeout_s: float = 30.0) -> None:
+        """Subscribe only once every topic is in the metadata: a topic that appears later would
+        be picked up only at the next metadata refresh (minutes), and its retries would wait."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            topics = consumer.list_topics(timeout=10).topics
+            missing = [
+                n for n in names if n not in topics or topics[n].error is not None or not topics[n].partitions
+            ]
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                raise SenderError(
+                    f"{self.name}: no such topic(s) {missing}; `dedupctl senders topics` creates them"
+                )
+            time.sleep(0.2)
+
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._assigned = list(partitions)
-        self._holds = {tp: h for tp, h in self._holds.items()
-                       if any((p.topic, p.partition) == tp for p in partitions)}
+        self._unpause = list(partitions)
+        self._holds = {
+            tp: h for tp, h in self._holds.items() if any((p.topic, p.partition) == tp for p in partitions)
+        }
         logger.info("%s assigned %d partitions", self.name, len(partitions))
         self.ready.set()
 
@@ -116,11 +174,11 @@ class SenderWorker:
 
     # -- holds ------------------------------------------------------------------------------------
 
-    def _hold(self, consumer: Consumer, msg: Message, until_ms: int) -> None:
-        tp = TopicPartition(msg.topic(), msg.partition(), msg.offset())
+    def _hold(self, consumer: Consumer, topic: str, partition: int, offset: int, until_ms: int) -> None:
+        tp = TopicPartition(topic, partition, offset)
         consumer.pause([tp])
         consumer.seek(tp)
-        self._holds[(msg.topic(), msg.partition())] = (msg.offset(), until_ms)
+        self._holds[(topic, partition)] = (offset, until_ms)
 
     def _resume_due(self, consumer: Consumer) -> None:
         now = time.time() * 1000
@@ -150,21 +208,26 @@ class SenderWorker:
                 if err.code() != KafkaError._PARTITION_EOF:
                     logger.warning("%s consumer error: %s", self.name, err)
                 continue
-            tp = (msg.topic(), msg.partition())
+            topic, partition, offset = _position(msg)
+            tp = (topic, partition)
             if tp in self._holds:
                 continue  # fetched before the partition was held: it comes again on resume
-            if msg.topic() not in self._delay:
+            if topic not in self._delay:
                 oldest.setdefault(tp, msg.timestamp()[1])
             handled = self.handler.handle(
-                topic=msg.topic(), partition=msg.partition(), offset=msg.offset(), key=msg.key(),
-                value=msg.value(), delayed=msg.topic() in self._delay,
+                topic=topic,
+                partition=partition,
+                offset=offset,
+                key=_bytes(msg.key()),
+                value=_bytes(msg.value()),
+                delayed=topic in self._delay,
             )
             if handled.hold_until_ms is not None:
-                self._hold(consumer, msg, handled.hold_until_ms)
+                self._hold(consumer, topic, partition, offset, handled.hold_until_ms)
                 continue
             outputs += handled.outputs
             published += handled.published
-            positions[tp] = msg.offset() + 1
+            positions[tp] = offset + 1
         now_ms = time.time() * 1000
         age = max((now_ms - ts for ts in oldest.values() if ts > 0), default=0.0)
         self.metrics.set("sender_oldest_waiting_age_seconds", age / 1000, **self._labels)
@@ -192,8 +255,11 @@ class SenderWorker:
         except KafkaException as exc:
             error = exc.args[0]
             if not isinstance(error, KafkaError) or error.fatal() or not error.txn_requires_abort():
+                _abort_quietly(producer)
                 raise
-            logger.warning("%s transaction aborted (%s): rewinding to the committed offsets", self.name, error)
+            logger.warning(
+                "%s transaction aborted (%s): rewinding to the committed offsets", self.name, error
+            )
             producer.abort_transaction(30)
             self._rewind(consumer)
 

@@ -78,9 +78,8 @@ class CircuitBreaker:
             return None  # a call that started before the circuit opened
         self._outcomes.append(success)
         failures = self._outcomes.count(False)
-        if (
-            len(self._outcomes) >= self.options.min_calls
-            and failures >= self.options.failure_rate * len(self._outcomes)
+        if len(self._outcomes) >= self.options.min_calls and failures >= self.options.failure_rate * len(
+            self._outcomes
         ):
             self._open(now_ms)
             return self._state

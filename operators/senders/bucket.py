@@ -39,7 +39,9 @@ class TokenBucket:
     def reserve(self, now_s: float, n: int = 1) -> float:
         """Take ``n`` tokens; returns the seconds to wait (0.0 when they were there)."""
         if now_s > self._updated:
-            self._tokens = min(float(self.limit.burst), self._tokens + (now_s - self._updated) * self.limit.per_second)
+            self._tokens = min(
+                float(self.limit.burst), self._tokens + (now_s - self._updated) * self.limit.per_second
+            )
             self._updated = now_s
         self._tokens -= n
         return 0.0 if self._tokens >= 0 else -self._tokens / self.limit.per_second

@@ -39,7 +39,12 @@ class ProviderRetryableError(ProviderError):
     """
 
     def __init__(
-        self, provider: str, reason: str, *, status_code: int | None = None, retry_after_s: float | None = None
+        self,
+        provider: str,
+        reason: str,
+        *,
+        status_code: int | None = None,
+        retry_after_s: float | None = None,
     ) -> None:
         super().__init__(provider, reason, status_code=status_code)
         self.retry_after_s = retry_after_s

@@ -38,8 +38,14 @@ class Delivery:
 
 
 def from_channel_record(
-    value: bytes, *, key: bytes | None, lane: Lane, source_topic: str, attempt: int = 1,
-    not_before_ms: int = 0, last_error: str = "",
+    value: bytes,
+    *,
+    key: bytes | None,
+    lane: Lane,
+    source_topic: str,
+    attempt: int = 1,
+    not_before_ms: int = 0,
+    last_error: str = "",
 ) -> Delivery:
     """Decode a ChannelMessage; raises ValueError (or fastavro's errors) on bad bytes."""
     msg = codec.decode("channel_message", value)
@@ -63,8 +69,13 @@ def from_channel_record(
 def from_delay_record(value: bytes, *, key: bytes | None, lane: Lane) -> Delivery:
     env = codec.decode("delayed_delivery", value)
     return from_channel_record(
-        env["payload"], key=key, lane=lane, source_topic=env["source_topic"], attempt=env["attempt"],
-        not_before_ms=env["not_before"], last_error=env["last_error"],
+        env["payload"],
+        key=key,
+        lane=lane,
+        source_topic=env["source_topic"],
+        attempt=env["attempt"],
+        not_before_ms=env["not_before"],
+        last_error=env["last_error"],
     )
 
 
@@ -80,8 +91,14 @@ def delay_record(d: Delivery, *, attempt: int, not_before_ms: int, last_error: s
 
 
 def status_record(
-    d: Delivery, *, status: DeliveryStatus, attempt: int, at_ms: int, provider: str | None = None,
-    error: str | None = None, retry_at_ms: int | None = None,
+    d: Delivery,
+    *,
+    status: DeliveryStatus,
+    attempt: int,
+    at_ms: int,
+    provider: str | None = None,
+    error: str | None = None,
+    retry_at_ms: int | None = None,
 ) -> dict[str, Any]:
     return {
         "message_key": d.message_key,
@@ -98,8 +115,17 @@ def status_record(
 
 
 def dead_letter_record(
-    *, message_key: str | None, channel: Channel, lane: Lane, reason_kind: DeadLetterReason, reason: str,
-    attempts: int, provider: str | None, source_topic: str, payload: bytes, at_ms: int,
+    *,
+    message_key: str | None,
+    channel: Channel,
+    lane: Lane,
+    reason_kind: DeadLetterReason,
+    reason: str,
+    attempts: int,
+    provider: str | None,
+    source_topic: str,
+    payload: bytes,
+    at_ms: int,
 ) -> dict[str, Any]:
     return {
         "message_key": message_key,

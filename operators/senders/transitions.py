@@ -87,7 +87,9 @@ def decide_claim(state: StoredState | None, attempt: int, now_ms: int) -> ClaimD
             return ClaimDecision(ClaimAction.CLAIM)
         if state.attempts == attempt and state.unpublished:
             return ClaimDecision(ClaimAction.REPUBLISH, "retry not yet published")
-        return ClaimDecision(ClaimAction.SKIP, f"attempt {attempt} superseded by attempt {state.attempts + 1}")
+        return ClaimDecision(
+            ClaimAction.SKIP, f"attempt {attempt} superseded by attempt {state.attempts + 1}"
+        )
     # SENDING
     if state.attempts > attempt:
         return ClaimDecision(ClaimAction.SKIP, f"attempt {attempt} superseded by attempt {state.attempts}")

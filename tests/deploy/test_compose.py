@@ -653,3 +653,94 @@ def test_flink_conf_keys_are_current_flink_options(flink_conf):
     verdicts = json.loads(proc.stdout.strip().splitlines()[-1])
     bad = {k: v for k, v in verdicts.items() if v != "ok"}
     assert not bad, f"not current Flink 2.2 options: {bad}"
+
+
+# ------------------------------------------------------- monitoring: Prometheus and Grafana
+# (the contents of deploy/prometheus and deploy/grafana: tests/deploy/test_monitoring.py)
+
+MONITORING_SERVICES = ("prometheus", "grafana")
+
+
+def _bind_mounts(service: dict) -> dict[str, Path]:
+    """Container path -> repository path of a service's bind mounts (short syntax)."""
+    mounts = {}
+    for vol in service.get("volumes", []):
+        source, _, rest = vol.partition(":")
+        if source.startswith((".", "/")):
+            mounts[rest.split(":")[0]] = (REPO / source).resolve()
+    return mounts
+
+
+def _in_container(mounts: dict[str, Path], path: str) -> Path | None:
+    """The repository file a container path resolves to through the bind mounts, if any."""
+    for target, source in sorted(mounts.items(), key=lambda m: -len(m[0])):
+        if path == target:
+            return source
+        if path.startswith(target.rstrip("/") + "/"):
+            return source / PurePosixPath(path).relative_to(target)
+    return None
+
+
+def test_monitoring_services_present_with_pinned_images(services):
+    for name in MONITORING_SERVICES:
+        image = services[name]["image"]
+        assert ":" in image and not image.endswith(":latest"), f"{name}: pin the image version ({image})"
+    assert services["prometheus"]["image"].startswith("prom/prometheus:v3")
+    assert services["grafana"]["image"].startswith("grafana/grafana:")
+
+
+def test_prometheus_mounts_its_config_and_rules(services, flink_conf):
+    svc = services["prometheus"]
+    mounts = _bind_mounts(svc)
+    flags = dict(t.split("=", 1) for t in _command_tokens(svc["command"]) if "=" in t)
+    config_file = _in_container(mounts, flags["--config.file"])
+    assert config_file is not None and config_file.is_file(), f"{flags['--config.file']} is not mounted"
+    config = _load_yaml(config_file)
+    rule_files = config.get("rule_files") or []
+    assert rule_files, "prometheus.yml loads no alert rules"
+    for rule_file in rule_files:
+        local = _in_container(mounts, rule_file)
+        assert local is not None and local.is_file(), f"rule file {rule_file} is not mounted"
+    # both Flink processes are scraped on the reporter port of flink-conf/config.yaml
+    port = int(flink_conf["metrics.reporter.prom.port"])
+    targets = set()
+    for job in config["scrape_configs"]:
+        for static in job.get("static_configs", []):
+            targets |= set(static["targets"])
+        for dns in job.get("dns_sd_configs", []):
+            targets |= {f"{n}:{dns['port']}" for n in dns["names"]}
+    assert {f"jobmanager:{port}", f"taskmanager:{port}"} <= targets, targets
+    assert any(t.split(":")[-1] == "9090" for t in map(str, svc["ports"]))
+
+
+def test_grafana_mounts_its_provisioning_and_dashboards(services):
+    svc = services["grafana"]
+    mounts = _bind_mounts(svc)
+    provisioning = _in_container(mounts, "/etc/grafana/provisioning")
+    assert provisioning is not None and provisioning.is_dir(), "Grafana provisioning is not mounted"
+    sources = [
+        d for f in sorted((provisioning / "datasources").glob("*.yml")) for d in _load_yaml(f)["datasources"]
+    ]
+    assert [d["url"] for d in sources] == ["http://prometheus:9090"]
+    assert "prometheus" in services and "prometheus" in svc.get("depends_on", [])
+    providers = [
+        p for f in sorted((provisioning / "dashboards").glob("*.yml")) for p in _load_yaml(f)["providers"]
+    ]
+    assert providers, "no dashboard provider"
+    for provider in providers:
+        folder = _in_container(mounts, provider["options"]["path"])
+        assert folder is not None and folder.is_dir(), f"{provider['options']['path']} is not mounted"
+        assert sorted(folder.glob("*.json")), f"no dashboard in {folder}"
+    home = svc.get("environment", {}).get("GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH")
+    if home:
+        found = _in_container(mounts, home)
+        assert found is not None and found.is_file(), f"home dashboard {home} is not mounted"
+
+
+def test_monitoring_volumes_declared(compose, services):
+    declared = set(compose.get("volumes") or {})
+    for name in MONITORING_SERVICES:
+        for vol in services[name].get("volumes", []):
+            source = vol.split(":")[0]
+            if not source.startswith((".", "/")):
+                assert source in declared, f"{name}: volume {source} not declared"

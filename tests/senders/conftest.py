@@ -61,8 +61,9 @@ def senders_settings(
     def make(partitions: int = 2, **overrides: object) -> Settings:
         topics = topic_factory(partitions=partitions)
         prefix = topics.requests.split("notifications.")[0]
-        senders = fast_senders(tmp_path, status_topic=f"{prefix}notifications.status",
-                               dlq_topic=f"{prefix}notifications.dlq")
+        senders = fast_senders(
+            tmp_path, status_topic=f"{prefix}notifications.status", dlq_topic=f"{prefix}notifications.dlq"
+        )
         senders.update(overrides)
         cfg = Settings(topics=topics).with_overrides(
             kafka={"bootstrap_servers": kafka_bootstrap, "partitions": partitions},
@@ -76,8 +77,13 @@ def senders_settings(
 
 
 def channel_message(
-    n: int | str, *, channel: Channel = Channel.SMS, user: str | None = None, params: dict[str, str] | None = None,
-    priority: str = "normal", template: str = "tmpl",
+    n: int | str,
+    *,
+    channel: Channel = Channel.SMS,
+    user: str | None = None,
+    params: dict[str, str] | None = None,
+    priority: str = "normal",
+    template: str = "tmpl",
 ) -> dict[str, Any]:
     dedup_key = f"k{n}"
     return {
@@ -104,18 +110,25 @@ def produce_messages(bootstrap: str, topic: str, messages: Iterable[dict[str, An
     )
 
 
-def read_records(bootstrap: str, topic: str, stem: str, idle_s: float = 1.0) -> list[dict[str, Any]]:
+def read_records(
+    bootstrap: str, topic: str | list[str], stem: str, idle_s: float = 1.0
+) -> list[dict[str, Any]]:
+    """Every committed record of the topic(s), decoded."""
+    topics = [topic] if isinstance(topic, str) else topic
     return [
         codec.decode(stem, msg.value)
-        for msg in kafka_io.read_committed({"bootstrap.servers": bootstrap}, [topic], idle_timeout_s=idle_s)
+        for msg in kafka_io.read_committed({"bootstrap.servers": bootstrap}, topics, idle_timeout_s=idle_s)
         if msg.value is not None
     ]
 
 
-def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str, interval_s: float = 0.05) -> None:
+def wait_until(
+    predicate: Callable[[], bool], timeout_s: float, what: str | Callable[[], str], interval_s: float = 0.05
+) -> None:
+    """Poll until ``predicate()``; ``what`` (or what it returns) explains a timeout."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(interval_s)
-    raise AssertionError(f"not within {timeout_s:g} s: {what}")
+    raise AssertionError(f"not within {timeout_s:g} s: {what() if callable(what) else what}")

@@ -30,10 +30,14 @@ def test_the_priority_lane_delivers_a_code_within_a_second_while_10000_messages_
     cfg = senders_settings(sms_rate_per_sec=500.0, rate_burst=10)
     fake = FakeProvider()
     produce_messages(kafka_bootstrap, cfg.topics.sms, (channel_message(i) for i in range(backlog)))
-    with build_pool(cfg, channels=[SMS], lanes=[Lane.NORMAL, Lane.PRIORITY], providers={SMS: (fake, None)}) as pool:
+    with build_pool(
+        cfg, channels=[SMS], lanes=[Lane.NORMAL, Lane.PRIORITY], providers={SMS: (fake, None)}
+    ) as pool:
         pool.wait_ready(30)
         wait_until(lambda: len(fake.received()) >= 100, 30, "the backlog is being worked on")
-        code = channel_message("otp", user="u-otp", params={"code": "493817"}, priority="high", template="otp")
+        code = channel_message(
+            "otp", user="u-otp", params={"code": "493817"}, priority="high", template="otp"
+        )
         start = time.time()
         produce_messages(kafka_bootstrap, cfg.topics.sms_priority, [code])
         wait_until(lambda: any(r.message_key == "kotp:sms" for r in fake.received()), 5, "the code is sent")
@@ -45,7 +49,9 @@ def test_the_priority_lane_delivers_a_code_within_a_second_while_10000_messages_
 
 
 def test_failover_to_the_secondary_and_back(senders_settings: SettingsFactory, kafka_bootstrap: str) -> None:
-    cfg = senders_settings(breaker_window=10, breaker_min_calls=4, breaker_failure_rate=0.5, breaker_open_ms=1000)
+    cfg = senders_settings(
+        breaker_window=10, breaker_min_calls=4, breaker_failure_rate=0.5, breaker_open_ms=1000
+    )
     primary, secondary = FakeProvider(name="primary"), FakeProvider(name="secondary")
     primary.set_down(True)
     store = open_status_store(cfg)
@@ -58,7 +64,20 @@ def test_failover_to_the_secondary_and_back(senders_settings: SettingsFactory, k
     second = {f"k{i}:sms" for i in range(100, 120)}
     with build_pool(cfg, channels=[SMS], lanes=[Lane.NORMAL], providers={SMS: (primary, secondary)}) as pool:
         produce_messages(kafka_bootstrap, cfg.topics.sms, [channel_message(i) for i in range(20)])
-        wait_until(lambda: all_sent(first), 20, "the first batch is sent despite the outage")
+        wait_until(
+            lambda: all_sent(first),
+            20,
+            lambda: (
+                "the first batch is sent despite the outage: "
+                + repr(
+                    [
+                        (r.message_key, r.status.value, r.attempts, r.retry_at_ms)
+                        for r in store.rows()
+                        if r.status is not DeliveryStatus.SENT
+                    ]
+                )
+            ),
+        )
         assert pool.dispatchers[SMS].circuit is CircuitState.OPEN
         primary.set_down(False)  # the primary recovers
         time.sleep(1.2)  # past breaker_open_ms: the next call probes it
@@ -74,6 +93,9 @@ def test_failover_to_the_secondary_and_back(senders_settings: SettingsFactory, k
     assert pool.metrics.value("sender_circuit_changes_total", to="open") >= 1
     assert pool.metrics.value("sender_circuit_changes_total", to="closed") == 1
     assert pool.metrics.value("sender_circuit_state", channel="sms") == 0
-    providers = {s["message_key"]: s["provider"] for s in read_records(
-        kafka_bootstrap, cfg.senders.status_topic, "delivery_status") if s["status"] == "sent"}
+    providers = {
+        s["message_key"]: s["provider"]
+        for s in read_records(kafka_bootstrap, cfg.senders.status_topic, "delivery_status")
+        if s["status"] == "sent"
+    }
     assert {providers[k] for k in first} == {"secondary"} and {providers[k] for k in second} == {"primary"}

@@ -57,13 +57,26 @@ def test_a_longer_retry_after_wins() -> None:
 def test_each_wait_goes_to_the_longest_step_that_fits() -> None:
     policy = RetryPolicy(base_ms=1000, max_attempts=4)
     assert policy.steps() == (1000, 2000, 4000)
-    assert [policy.step_for(w) for w in (1000, 1099, 2150, 4400, 60_000, 10)] == [1000, 1000, 2000, 4000, 4000, 1000]
+    assert [policy.step_for(w) for w in (1000, 1099, 2150, 4400, 60_000, 10)] == [
+        1000,
+        1000,
+        2000,
+        4000,
+        4000,
+        1000,
+    ]
     assert [format_step(s) for s in (1000, 30_000, 1500)] == ["1s", "30s", "1500ms"]
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"base_ms": 0}, {"max_attempts": 0}, {"jitter_ratio": 1.5}, {"base_ms": 10, "max_backoff_ms": 5},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"base_ms": 0},
+        {"max_attempts": 0},
+        {"jitter_ratio": 1.5},
+        {"base_ms": 10, "max_backoff_ms": 5},
+    ],
+)
 def test_bad_policies_are_config_errors(kwargs: dict[str, float]) -> None:
     with pytest.raises(ConfigError):
         RetryPolicy(**kwargs)  # type: ignore[arg-type]

@@ -30,17 +30,34 @@ def store(tmp_path: Path) -> StatusStore:
     return open_store(str(tmp_path / "s.sqlite3"), synchronous="NORMAL")
 
 
-def _claim(store: StatusStore, key: str = "k:sms", attempt: int = 1, now: int = 1000, owner: str = "w1") -> ClaimAction:
-    decision, _ = store.claim(message_key=key, notification_id="n", channel=SMS, lane=NORMAL, attempt=attempt,
-                              now_ms=now, lease_ms=500, owner=owner)
+def _claim(
+    store: StatusStore, key: str = "k:sms", attempt: int = 1, now: int = 1000, owner: str = "w1"
+) -> ClaimAction:
+    decision, _ = store.claim(
+        message_key=key,
+        notification_id="n",
+        channel=SMS,
+        lane=NORMAL,
+        attempt=attempt,
+        now_ms=now,
+        lease_ms=500,
+        owner=owner,
+    )
     return decision.action
 
 
 def test_claim_then_sent_then_a_replay_is_skipped(store: StatusStore) -> None:
     assert _claim(store) is ClaimAction.CLAIM
     assert store.get("k:sms").status is DeliveryStatus.SENDING  # type: ignore[union-attr]
-    assert store.finish(message_key="k:sms", attempt=1, owner="w1", plan=OutcomePlan(DeliveryStatus.SENT),
-                        provider="p", error=None, now_ms=1100)
+    assert store.finish(
+        message_key="k:sms",
+        attempt=1,
+        owner="w1",
+        plan=OutcomePlan(DeliveryStatus.SENT),
+        provider="p",
+        error=None,
+        now_ms=1100,
+    )
     assert _claim(store, now=1200) is ClaimAction.REPUBLISH  # not yet marked published
     store.mark_published([("k:sms", 1)])
     assert _claim(store, now=1300) is ClaimAction.SKIP
@@ -52,28 +69,66 @@ def test_a_live_claim_waits_and_an_expired_one_moves(store: StatusStore) -> None
     assert _claim(store, now=1200, owner="w2") is ClaimAction.WAIT
     assert _claim(store, now=1500, owner="w2") is ClaimAction.CLAIM  # lease (500 ms) ran out
     # the first worker's late outcome is refused: w2 holds the claim now
-    assert not store.finish(message_key="k:sms", attempt=1, owner="w1", plan=OutcomePlan(DeliveryStatus.SENT),
-                            provider="p", error=None, now_ms=1600)
-    assert store.finish(message_key="k:sms", attempt=1, owner="w2", plan=OutcomePlan(DeliveryStatus.SENT),
-                        provider="p", error=None, now_ms=1600)
+    assert not store.finish(
+        message_key="k:sms",
+        attempt=1,
+        owner="w1",
+        plan=OutcomePlan(DeliveryStatus.SENT),
+        provider="p",
+        error=None,
+        now_ms=1600,
+    )
+    assert store.finish(
+        message_key="k:sms",
+        attempt=1,
+        owner="w2",
+        plan=OutcomePlan(DeliveryStatus.SENT),
+        provider="p",
+        error=None,
+        now_ms=1600,
+    )
 
 
 def test_publishing_is_marked_per_attempt(store: StatusStore) -> None:
     _claim(store)
-    store.finish(message_key="k:sms", attempt=1, owner="w1", plan=OutcomePlan(DeliveryStatus.QUEUED, 3000),
-                 provider="p", error="503", now_ms=1000)
+    store.finish(
+        message_key="k:sms",
+        attempt=1,
+        owner="w1",
+        plan=OutcomePlan(DeliveryStatus.QUEUED, 3000),
+        provider="p",
+        error="503",
+        now_ms=1000,
+    )
     assert _claim(store, attempt=2, now=3000) is ClaimAction.CLAIM
-    store.finish(message_key="k:sms", attempt=2, owner="w1", plan=OutcomePlan(DeliveryStatus.SENT),
-                 provider="p", error=None, now_ms=3100)
+    store.finish(
+        message_key="k:sms",
+        attempt=2,
+        owner="w1",
+        plan=OutcomePlan(DeliveryStatus.SENT),
+        provider="p",
+        error=None,
+        now_ms=3100,
+    )
     store.mark_published([("k:sms", 1)])  # late: must not hide attempt 2's unpublished outcome
     assert store.get("k:sms").unpublished  # type: ignore[union-attr]
 
 
 def test_a_deactivated_address_is_remembered_by_hash(store: StatusStore) -> None:
     _claim(store)
-    plan = OutcomePlan(DeliveryStatus.FAILED, dead_letter=DeadLetterReason.PERMANENT_FAILURE, deactivate_address=True)
-    store.finish(message_key="k:sms", attempt=1, owner="w1", plan=plan, provider="p", error="400", now_ms=1,
-                 deactivate=(SMS, "+15550100"))
+    plan = OutcomePlan(
+        DeliveryStatus.FAILED, dead_letter=DeadLetterReason.PERMANENT_FAILURE, deactivate_address=True
+    )
+    store.finish(
+        message_key="k:sms",
+        attempt=1,
+        owner="w1",
+        plan=plan,
+        provider="p",
+        error="400",
+        now_ms=1,
+        deactivate=(SMS, "+15550100"),
+    )
     assert store.is_inactive(SMS, "+15550100")
     assert not store.is_inactive(Channel.EMAIL, "+15550100")
     assert not store.is_inactive(SMS, "+15550101")
@@ -106,14 +161,29 @@ def test_concurrent_claims_let_exactly_one_through(tmp_path: Path) -> None:
 
 def _handler(store: StatusStore, fake: FakeProvider, now: list[int]) -> DeliveryHandler:
     metrics = Metrics()
-    dispatcher = Dispatcher(channel=SMS, primary=fake, secondary=None, limit=RateLimit(1000, 100),
-                            breaker=BreakerOptions(), metrics=metrics)
+    dispatcher = Dispatcher(
+        channel=SMS,
+        primary=fake,
+        secondary=None,
+        limit=RateLimit(1000, 100),
+        breaker=BreakerOptions(),
+        metrics=metrics,
+    )
     return DeliveryHandler(
-        channel=SMS, lane=NORMAL, store=store, dispatcher=dispatcher,
+        channel=SMS,
+        lane=NORMAL,
+        store=store,
+        dispatcher=dispatcher,
         addresses=StaticAddresses({"user-1": {"sms": "+1"}, "user-2": {"sms": "+2"}}),
         policy=RetryPolicy(base_ms=1000, max_attempts=2, jitter_ratio=0.0),
-        topics=HandlerTopics(status="status", dlq="dlq", delay=lambda t, step: f"{t}.retry.{format_step(step)}"),
-        lease_ms=1000, owner="w", metrics=metrics, clock_ms=lambda: now[0], rand=lambda: 0.0,
+        topics=HandlerTopics(
+            status="status", dlq="dlq", delay=lambda t, step: f"{t}.retry.{format_step(step)}"
+        ),
+        lease_ms=1000,
+        owner="w",
+        metrics=metrics,
+        clock_ms=lambda: now[0],
+        rand=lambda: 0.0,
     )
 
 
@@ -128,12 +198,14 @@ def test_a_transient_failure_becomes_a_retry_record_then_a_dead_letter(store: St
     retry = codec.decode("delayed_delivery", first.outputs[2].value)
     assert (retry["attempt"], retry["not_before"], retry["payload"]) == (2, 11_000, raw)
     store.mark_published(first.published)
-    early = h.handle(topic="sms.retry.1s", partition=0, offset=0, key=b"user-1", value=first.outputs[2].value,
-                     delayed=True)
+    early = h.handle(
+        topic="sms.retry.1s", partition=0, offset=0, key=b"user-1", value=first.outputs[2].value, delayed=True
+    )
     assert early.hold_until_ms == 11_000 and not early.outputs
     now[0] = 11_000
-    second = h.handle(topic="sms.retry.1s", partition=0, offset=0, key=b"user-1", value=first.outputs[2].value,
-                      delayed=True)
+    second = h.handle(
+        topic="sms.retry.1s", partition=0, offset=0, key=b"user-1", value=first.outputs[2].value, delayed=True
+    )
     letter = codec.decode("dead_letter", second.outputs[-1].value)
     assert (letter["reason_kind"], letter["attempts"], letter["payload"]) == ("max_attempts", 2, raw)
     assert len(fake.received()) == 2

@@ -30,18 +30,36 @@ S = DeliveryStatus
 POLICY = RetryPolicy(base_ms=1000, max_attempts=3, jitter_ratio=0.0)
 
 
-@pytest.mark.parametrize(("old", "new"), [
-    (None, S.QUEUED), (S.QUEUED, S.SENDING), (S.SENDING, S.SENT), (S.SENDING, S.QUEUED),
-    (S.SENDING, S.FAILED), (S.SENDING, S.SENDING), (S.SENT, S.DELIVERED), (S.SENT, S.FAILED),
-])
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (None, S.QUEUED),
+        (S.QUEUED, S.SENDING),
+        (S.SENDING, S.SENT),
+        (S.SENDING, S.QUEUED),
+        (S.SENDING, S.FAILED),
+        (S.SENDING, S.SENDING),
+        (S.SENT, S.DELIVERED),
+        (S.SENT, S.FAILED),
+    ],
+)
 def test_allowed(old: DeliveryStatus | None, new: DeliveryStatus) -> None:
     check_transition(old, new)
 
 
-@pytest.mark.parametrize(("old", "new"), [
-    (S.QUEUED, S.SENT), (S.QUEUED, S.FAILED), (S.SENT, S.SENDING), (S.SENT, S.QUEUED),
-    (S.FAILED, S.SENDING), (S.DELIVERED, S.SENT), (S.FAILED, S.QUEUED), (None, S.SENT),
-])
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (S.QUEUED, S.SENT),
+        (S.QUEUED, S.FAILED),
+        (S.SENT, S.SENDING),
+        (S.SENT, S.QUEUED),
+        (S.FAILED, S.SENDING),
+        (S.DELIVERED, S.SENT),
+        (S.FAILED, S.QUEUED),
+        (None, S.SENT),
+    ],
+)
 def test_forbidden(old: DeliveryStatus | None, new: DeliveryStatus) -> None:
     with pytest.raises(InvalidTransitionError):
         check_transition(old, new)
@@ -89,14 +107,21 @@ def test_a_live_claim_is_waited_for_and_an_expired_one_taken_over() -> None:
 def test_outcomes() -> None:
     sent = plan_outcome(AttemptResult(AttemptOutcome.SENT), attempt=1, policy=POLICY, now_ms=0, rand=0.0)
     assert sent.status is S.SENT and sent.retry_at_ms is None and sent.dead_letter is None
-    retry = plan_outcome(AttemptResult(AttemptOutcome.TRANSIENT, "503"), attempt=2, policy=POLICY, now_ms=0,
-                         rand=0.0)
+    retry = plan_outcome(
+        AttemptResult(AttemptOutcome.TRANSIENT, "503"), attempt=2, policy=POLICY, now_ms=0, rand=0.0
+    )
     assert retry.status is S.QUEUED and retry.retry_at_ms == 2000
-    last = plan_outcome(AttemptResult(AttemptOutcome.TRANSIENT, "503"), attempt=3, policy=POLICY, now_ms=0,
-                        rand=0.0)
+    last = plan_outcome(
+        AttemptResult(AttemptOutcome.TRANSIENT, "503"), attempt=3, policy=POLICY, now_ms=0, rand=0.0
+    )
     assert last.status is S.FAILED and last.dead_letter is DeadLetterReason.MAX_ATTEMPTS
-    perm = plan_outcome(AttemptResult(AttemptOutcome.PERMANENT, "400", deactivate_address=True), attempt=1,
-                        policy=POLICY, now_ms=0, rand=0.0)
+    perm = plan_outcome(
+        AttemptResult(AttemptOutcome.PERMANENT, "400", deactivate_address=True),
+        attempt=1,
+        policy=POLICY,
+        now_ms=0,
+        rand=0.0,
+    )
     assert perm.status is S.FAILED and perm.dead_letter is DeadLetterReason.PERMANENT_FAILURE
     assert perm.deactivate_address and perm.retry_at_ms is None
 

@@ -8,8 +8,10 @@ from collections import Counter
 
 import pytest
 
+from dedupctl import kafka_io
 from dedupctl.senders.providers import FakeProvider
 from dedupctl.senders.runtime import build_pool, open_status_store
+from operators import codec
 from operators.records import Channel
 from operators.senders.statuses import DeliveryStatus, Lane
 from tests.senders.conftest import (
@@ -28,15 +30,20 @@ def _statuses(cfg_store: object) -> dict[str, DeliveryStatus]:
     return {r.message_key: r.status for r in cfg_store.rows()}  # type: ignore[attr-defined]
 
 
-def test_backoff_1_2_4_seconds_then_dead_letter(senders_settings: SettingsFactory, kafka_bootstrap: str) -> None:
+def test_backoff_1_2_4_seconds_then_dead_letter(
+    senders_settings: SettingsFactory, kafka_bootstrap: str
+) -> None:
     cfg = senders_settings()
     fake = FakeProvider(script={"user-1": ["transient"]})
     produce_messages(kafka_bootstrap, cfg.topics.sms, [channel_message(1)])
     pool = build_pool(cfg, channels=[SMS], lanes=[NORMAL], providers={SMS: (fake, None)})
     store = open_status_store(cfg)
     with pool:
-        wait_until(lambda: (r := store.get("k1:sms")) is not None and r.status is DeliveryStatus.FAILED, 20,
-                   "the message is dead-lettered")
+        wait_until(
+            lambda: (r := store.get("k1:sms")) is not None and r.status is DeliveryStatus.FAILED,
+            20,
+            "the message is dead-lettered",
+        )
     assert not pool.errors
     calls = [r.at for r in fake.received()]
     assert len(calls) == 4
@@ -47,14 +54,27 @@ def test_backoff_1_2_4_seconds_then_dead_letter(senders_settings: SettingsFactor
     [letter] = read_records(kafka_bootstrap, cfg.senders.dlq_topic, "dead_letter")
     assert (letter["message_key"], letter["reason_kind"], letter["attempts"]) == ("k1:sms", "max_attempts", 4)
     assert "503" in letter["reason"]
-    trail = [(s["status"], s["attempt"]) for s in read_records(kafka_bootstrap, cfg.senders.status_topic,
-                                                                "delivery_status")]
-    assert trail == [("sending", 1), ("queued", 1), ("sending", 2), ("queued", 2), ("sending", 3), ("queued", 3),
-                     ("sending", 4), ("failed", 4)]
-    delayed = read_records(kafka_bootstrap, f"{cfg.topics.sms}.retry.1s", "delayed_delivery")
-    delayed += read_records(kafka_bootstrap, f"{cfg.topics.sms}.retry.2s", "delayed_delivery")
-    delayed += read_records(kafka_bootstrap, f"{cfg.topics.sms}.retry.4s", "delayed_delivery")
-    assert sorted(d["attempt"] for d in delayed) == [2, 3, 4]  # one per delay step
+    trail = [
+        (s["status"], s["attempt"])
+        for s in read_records(kafka_bootstrap, cfg.senders.status_topic, "delivery_status")
+    ]
+    assert trail == [
+        ("sending", 1),
+        ("queued", 1),
+        ("sending", 2),
+        ("queued", 2),
+        ("sending", 3),
+        ("queued", 3),
+        ("sending", 4),
+        ("failed", 4),
+    ]
+    delay_topics = [f"{cfg.topics.sms}.retry.{step}" for step in ("1s", "2s", "4s")]
+    delayed = sorted(
+        (codec.decode("delayed_delivery", m.value)["attempt"], m.topic)
+        for m in kafka_io.read_committed(cfg.kafka.client_config(), delay_topics, idle_timeout_s=1)
+        if m.value is not None
+    )
+    assert delayed == list(zip((2, 3, 4), delay_topics, strict=True))  # one delay topic per step
     assert pool.metrics.value("sender_retries_total") == 3
     assert pool.metrics.value("sender_dead_letters_total", reason="max_attempts") == 1
 
@@ -72,18 +92,34 @@ def test_a_permanent_failure_is_never_retried_and_the_address_is_dropped(
     store = open_status_store(cfg)
     with pool:
         produce_messages(kafka_bootstrap, cfg.topics.email, [first])
-        wait_until(lambda: (r := store.get("k1:email")) is not None and r.status is DeliveryStatus.FAILED, 20,
-                   "the first message fails")
+        wait_until(
+            lambda: (r := store.get("k1:email")) is not None and r.status is DeliveryStatus.FAILED,
+            20,
+            "the first message fails",
+        )
         # a later message to the same address is not tried at all; another address is
-        produce_messages(kafka_bootstrap, cfg.topics.email,
-                         [channel_message(2, channel=EMAIL, user="u-bad"), channel_message(3, channel=EMAIL, user="u-ok")])
-        wait_until(lambda: len(_statuses(store)) == 3 and all(
-            s in (DeliveryStatus.SENT, DeliveryStatus.FAILED) for s in _statuses(store).values()), 20, "all settled")
+        produce_messages(
+            kafka_bootstrap,
+            cfg.topics.email,
+            [channel_message(2, channel=EMAIL, user="u-bad"), channel_message(3, channel=EMAIL, user="u-ok")],
+        )
+        wait_until(
+            lambda: (
+                len(_statuses(store)) == 3
+                and all(s in (DeliveryStatus.SENT, DeliveryStatus.FAILED) for s in _statuses(store).values())
+            ),
+            20,
+            "all settled",
+        )
         time.sleep(2.5)  # longer than the first two retries would wait
     assert not pool.errors
     assert [(r.message_key, r.to) for r in fake.received()] == [
-        ("k1:email", "bad@example.invalid"), ("k3:email", "ok@example.com")]
-    letters = {d["message_key"]: d for d in read_records(kafka_bootstrap, cfg.senders.dlq_topic, "dead_letter")}
+        ("k1:email", "bad@example.invalid"),
+        ("k3:email", "ok@example.com"),
+    ]
+    letters = {
+        d["message_key"]: d for d in read_records(kafka_bootstrap, cfg.senders.dlq_topic, "dead_letter")
+    }
     assert (letters["k1:email"]["reason_kind"], letters["k1:email"]["attempts"]) == ("permanent_failure", 1)
     assert (letters["k2:email"]["reason_kind"], letters["k2:email"]["attempts"]) == ("address_inactive", 0)
     assert set(letters) == {"k1:email", "k2:email"}
@@ -100,8 +136,11 @@ def test_four_workers_on_one_channel_send_each_message_exactly_once(
     store = open_status_store(cfg)
     with pool:
         pool.wait_ready(30)
-        wait_until(lambda: sum(len(w._assigned) for w in pool.workers) == 16, 30,  # 4 topics x 4 partitions
-                   "the group has settled")
+        wait_until(
+            lambda: sum(len(w._assigned) for w in pool.workers) == 16,
+            30,  # 4 topics x 4 partitions
+            "the group has settled",
+        )
         produce_messages(kafka_bootstrap, cfg.topics.sms, [channel_message(i) for i in range(n)])
         wait_until(lambda: len(fake.received()) >= n, 30, f"{n} sends")
         time.sleep(1.0)  # time for a second send, if any were to happen
@@ -129,8 +168,9 @@ def test_replaying_a_channel_topic_from_the_start_sends_nothing_twice(
         wait_until(lambda: replay.metrics.value("sender_skipped_total") >= n, 30, "the replay is read")
     assert not first.errors and not replay.errors
     assert len(fake.received()) == n
-    statuses = Counter(s["status"] for s in read_records(kafka_bootstrap, cfg.senders.status_topic,
-                                                          "delivery_status"))
+    statuses = Counter(
+        s["status"] for s in read_records(kafka_bootstrap, cfg.senders.status_topic, "delivery_status")
+    )
     assert statuses == {"sending": n, "sent": n}  # the replay published nothing either
 
 

@@ -13,8 +13,15 @@ from dedupctl.senders.providers.smtp import SmtpProvider
 from operators.errors import ConfigError
 
 __all__ = [
-    "Behaviour", "FakeProvider", "HttpProvider", "Provider", "Receipt", "Received", "SmtpProvider",
-    "build_provider", "provider_label",
+    "Behaviour",
+    "FakeProvider",
+    "HttpProvider",
+    "Provider",
+    "Receipt",
+    "Received",
+    "SmtpProvider",
+    "build_provider",
+    "provider_label",
 ]
 
 
@@ -30,13 +37,22 @@ def build_provider(spec: str, *, name: str, settings: SendersSettings, metrics: 
         return FakeProvider(name=name, metrics=metrics)
     if spec.startswith(("http://", "https://")):
         return HttpProvider(
-            name=name, url=spec, timeout_s=settings.http_timeout_ms / 1000, token=settings.http_token,
+            name=name,
+            url=spec,
+            timeout_s=settings.http_timeout_ms / 1000,
+            token=settings.http_token,
             metrics=metrics,
         )
     if spec == "smtp":
         return SmtpProvider(
-            name=name, host=settings.smtp_host, port=settings.smtp_port, sender=settings.smtp_from,
-            timeout_s=settings.smtp_timeout_ms / 1000, starttls=settings.smtp_starttls,
-            username=settings.smtp_username, password=settings.smtp_password, metrics=metrics,
+            name=name,
+            host=settings.smtp_host,
+            port=settings.smtp_port,
+            sender=settings.smtp_from,
+            timeout_s=settings.smtp_timeout_ms / 1000,
+            starttls=settings.smtp_starttls,
+            username=settings.smtp_username,
+            password=settings.smtp_password,
+            metrics=metrics,
         )
     raise ConfigError(f"unknown provider {spec!r}: expected an http(s):// URL, 'smtp' or 'fake'")

@@ -51,28 +51,49 @@ class Provider(ABC):
             )
         except ProviderRetryableError as exc:
             outcome = "transient"
-            logger.warning("%s did not take %s (transient): %s", self.name, message_key, exc.reason,
-                           extra={"message_key": message_key, "provider": self.name})
+            logger.warning(
+                "%s did not take %s (transient): %s",
+                self.name,
+                message_key,
+                exc.reason,
+                extra={"message_key": message_key, "provider": self.name},
+            )
             raise
         except ProviderPermanentError as exc:
             outcome = "permanent"
-            logger.warning("%s rejected %s (permanent): %s", self.name, message_key, exc.reason,
-                           extra={"message_key": message_key, "provider": self.name})
+            logger.warning(
+                "%s rejected %s (permanent): %s",
+                self.name,
+                message_key,
+                exc.reason,
+                extra={"message_key": message_key, "provider": self.name},
+            )
             raise
         except ProviderError:
             outcome = "transient"
             raise
         except Exception as exc:  # a bug or an unexpected library error: retry, and show it
             outcome = "transient"
-            logger.exception("%s failed on %s", self.name, message_key,
-                             extra={"message_key": message_key, "provider": self.name})
+            logger.exception(
+                "%s failed on %s",
+                self.name,
+                message_key,
+                extra={"message_key": message_key, "provider": self.name},
+            )
             raise ProviderRetryableError(self.name, f"unexpected {type(exc).__name__}") from exc
         finally:
             elapsed = (time.monotonic() - start) * 1000
-            self.metrics.inc("provider_calls_total", provider=self.name, channel=channel.value, outcome=outcome)
+            self.metrics.inc(
+                "provider_calls_total", provider=self.name, channel=channel.value, outcome=outcome
+            )
             self.metrics.inc("provider_call_ms_sum", elapsed, provider=self.name, channel=channel.value)
-        logger.info("%s accepted %s in %.0f ms", self.name, message_key, elapsed,
-                    extra={"message_key": message_key, "provider": self.name})
+        logger.info(
+            "%s accepted %s in %.0f ms",
+            self.name,
+            message_key,
+            elapsed,
+            extra={"message_key": message_key, "provider": self.name},
+        )
         return Receipt(self.name, reference, elapsed)
 
     @abstractmethod

@@ -85,8 +85,9 @@ class FakeProvider(Provider):
         if behaviour is Behaviour.TRANSIENT:
             raise ProviderRetryableError(self.name, "scripted transient failure (503)", status_code=503)
         if behaviour is Behaviour.PERMANENT:
-            raise ProviderPermanentError(self.name, "scripted permanent failure: recipient rejected",
-                                         status_code=400)
+            raise ProviderPermanentError(
+                self.name, "scripted permanent failure: recipient rejected", status_code=400
+            )
         if behaviour is Behaviour.SLOW:
             time.sleep(self._slow_s)
         return ref

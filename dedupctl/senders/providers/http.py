@@ -81,8 +81,13 @@ class HttpProvider(Provider):
         self, *, to: str, message_key: str, channel: Channel, template_id: str, params: Mapping[str, str]
     ) -> str | None:
         body = json.dumps(
-            {"message_key": message_key, "channel": channel.value, "to": to, "template_id": template_id,
-             "params": dict(params)}
+            {
+                "message_key": message_key,
+                "channel": channel.value,
+                "to": to,
+                "template_id": template_id,
+                "params": dict(params),
+            }
         ).encode("utf-8")
         headers = {"Content-Type": "application/json", IDEMPOTENCY_HEADER: message_key}
         if self._token:
@@ -99,10 +104,12 @@ class HttpProvider(Provider):
             return self._reference(reply.body)
         reason = f"HTTP {status}"  # never the body: it may echo the address
         if status in RETRYABLE_4XX or not 400 <= status < 500:
-            raise ProviderRetryableError(self.name, reason, status_code=status,
-                                         retry_after_s=_retry_after_s(reply.headers))
-        raise ProviderPermanentError(self.name, reason, status_code=status,
-                                     deactivate_address=status not in MESSAGE_4XX)
+            raise ProviderRetryableError(
+                self.name, reason, status_code=status, retry_after_s=_retry_after_s(reply.headers)
+            )
+        raise ProviderPermanentError(
+            self.name, reason, status_code=status, deactivate_address=status not in MESSAGE_4XX
+        )
 
     @staticmethod
     def _reference(body: bytes) -> str | None:

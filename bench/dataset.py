@@ -1,0 +1,185 @@
+"""The benchmark's input: one seeded stream, its expected output, and loading it into Kafka.
+
+The stream comes from ``dedupctl.streamgen`` (the generator the chaos driver uses) and the
+expected verdicts from its reference model (``operators.reference``), so every system is judged
+against the same answer. One stream of ``backlog + live_pool`` records is generated: the first
+``backlog`` records are loaded before a system starts (the throughput phase), the next ones are
+produced live at a fixed rate (the latency phase). A verdict depends only on the records before
+it, so the expected output of any prefix is the prefix of the expected output.
+
+By default every request gets the default window (7 days, ``ttl_choices=(None,)``): over a
+stream that spans minutes of event time the rule then reduces to "the first request of a key
+wins", which every peer can express (Redis ``EX`` and Flink SQL state TTL count processing time,
+so they cannot express per-request windows of seconds in event time). ``ttl_mix=True`` uses the
+generator's mix of 2 s .. 1 h windows instead; those peers are then expected to differ.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+
+from confluent_kafka import Producer
+
+from dedupctl.config import Settings
+from dedupctl.streamgen import StreamSpec, generate
+from operators.dedup_key import canonical_json
+from operators.reference import DUPLICATE, NEW
+
+#: an expected (or seen) output item: ("a", notification_id, channel, lane) for an accepted
+#: request on one channel, ("d", notification_id, original_notification_id) for a duplicate
+Item = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """Shape of the benchmark's stream.
+
+    :param backlog: records loaded before a system starts (the throughput phase)
+    :param live_pool: records generated for the latency phase (each system uses a prefix)
+    :param param_bytes: filler in params; 240 gives Avro requests of about 300 bytes
+    :param ttl_mix: per-request windows of 2 s .. 1 h (the generator's mix) instead of 7 days
+    """
+
+    backlog: int
+    live_pool: int
+    partitions: int = 4
+    seed: int = 7
+    repeat_share: float = 0.2
+    disorder_share: float = 0.1
+    param_bytes: int = 240
+    step_ms: int = 10
+    ttl_mix: bool = False
+
+    def stream_spec(self) -> StreamSpec:
+        extra = {} if self.ttl_mix else {"ttl_choices": (None,)}
+        return StreamSpec(
+            requests=self.backlog + self.live_pool, partitions=self.partitions, seed=self.seed,
+            repeat_share=self.repeat_share, late_share=0.0, invalid_share=0.0,
+            disorder_share=self.disorder_share, step_ms=self.step_ms, param_bytes=self.param_bytes,
+            **extra,
+        )
+
+
+@dataclass
+class Dataset:
+    spec: DatasetSpec
+    partitions: list[int] = field(default_factory=list)
+    keys: list[bytes | None] = field(default_factory=list)
+    avro: list[bytes] = field(default_factory=list)
+    json: list[bytes] = field(default_factory=list)
+    nids: list[str] = field(default_factory=list)
+    #: per record: the output items it must produce
+    expected: list[tuple[Item, ...]] = field(default_factory=list)
+    #: prefix sums: outputs_cum[n] = output records expected from the first n records
+    outputs_cum: list[int] = field(default_factory=lambda: [0])
+    #: prefix sums of accepted requests (keys held: nothing expires within a 7-day window)
+    new_cum: list[int] = field(default_factory=lambda: [0])
+    generate_s: float = 0.0
+
+    def __len__(self) -> int:
+        return len(self.avro)
+
+    def expected_counter(self, n: int) -> Counter[Item]:
+        out: Counter[Item] = Counter()
+        for items in self.expected[:n]:
+            out.update(items)
+        return out
+
+    def summary(self) -> dict[str, object]:
+        n = self.spec.backlog
+        dup = sum(1 for items in self.expected[:n] if items and items[0][0] == "d")
+        return {
+            "spec": asdict(self.spec),
+            "records": len(self),
+            "backlog_records": n,
+            "backlog_duplicates": dup,
+            "backlog_accepted": n - dup,
+            "backlog_outputs": self.outputs_cum[n],
+            "mean_avro_bytes": round(sum(map(len, self.avro[:n])) / max(1, n), 1),
+            "mean_json_bytes": round(sum(map(len, self.json[:n])) / max(1, n), 1),
+            "generate_s": round(self.generate_s, 2),
+        }
+
+
+def lane_of(priority: str) -> str:
+    return "priority" if priority == "high" else "normal"
+
+
+def build(spec: DatasetSpec) -> Dataset:
+    t0 = time.monotonic()
+    stream = generate(spec.stream_spec())
+    outcomes = stream.outcomes(Settings().dedup.window_config())
+    ds = Dataset(spec)
+    requests = [r for r in stream.records if r.request is not None]
+    if len(requests) != len(outcomes) or len(requests) != len(stream.records):
+        raise AssertionError("the benchmark stream must hold only valid requests")
+    for rec, outcome in zip(stream.records, outcomes, strict=True):
+        req = rec.request
+        assert req is not None
+        ds.partitions.append(rec.partition)
+        ds.keys.append(rec.key)
+        ds.avro.append(rec.value)
+        ds.nids.append(req.notification_id)
+        channels = list(dict.fromkeys(str(c) for c in req.channels))
+        ds.json.append(json.dumps({
+            "notification_id": req.notification_id, "user_id": req.user_id,
+            "template_id": req.template_id, "params": canonical_json(req.params).decode("utf-8"),
+            "channels": channels, "priority": str(req.priority), "category": str(req.category),
+            "event_time": req.event_time, "dedup_key": req.dedup_key,
+            "dedup_ttl_sec": req.dedup_ttl_sec,
+        }, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+        if outcome.verdict == NEW:
+            items: tuple[Item, ...] = tuple(
+                ("a", req.notification_id, c, lane_of(str(req.priority))) for c in channels
+            )
+            ds.new_cum.append(ds.new_cum[-1] + 1)
+        elif outcome.verdict == DUPLICATE:
+            assert outcome.original_notification_id is not None
+            items = (("d", req.notification_id, outcome.original_notification_id),)
+            ds.new_cum.append(ds.new_cum[-1])
+        else:
+            raise AssertionError(f"unexpected verdict {outcome.verdict} in the benchmark stream")
+        ds.expected.append(items)
+        ds.outputs_cum.append(ds.outputs_cum[-1] + len(items))
+    ds.generate_s = time.monotonic() - t0
+    return ds
+
+
+def bulk_producer(bootstrap: str, **extra: str) -> Producer:
+    return Producer({
+        "bootstrap.servers": bootstrap, "enable.idempotence": "true", "linger.ms": "20",
+        "batch.size": "1000000", "queue.buffering.max.messages": "1000000",
+        "queue.buffering.max.kbytes": "1048576", **extra,
+    })
+
+
+def load(bootstrap: str, topic: str, ds: Dataset, fmt: str, indexes: Iterable[int]) -> int:
+    """Produce records ``indexes`` of the dataset (``fmt`` "avro" or "json"); returns the count."""
+    values = ds.avro if fmt == "avro" else ds.json
+    prod = bulk_producer(bootstrap)
+    errors: list[str] = []
+
+    def on_delivery(err: object, _msg: object) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    n = 0
+    for i in indexes:
+        while True:
+            try:
+                prod.produce(topic, value=values[i], key=ds.keys[i], partition=ds.partitions[i],
+                             on_delivery=on_delivery)
+                break
+            except BufferError:
+                prod.poll(0.05)
+        n += 1
+        if n % 1000 == 0:
+            prod.poll(0)
+    left = prod.flush(120)
+    if left or errors:
+        raise RuntimeError(f"loading {topic}: {left} unsent, {len(errors)} failed: {errors[:1]}")
+    return n

@@ -1,0 +1,455 @@
+"""What the benchmark measures with: a read_committed output watcher, a process sampler, checks.
+
+The watcher reads every output topic of the system under test from the beginning, with
+``isolation.level=read_committed``, the whole time the system runs: its clock gives throughput
+(when output became visible) and latency (produce -> first visible output of a request), and what
+it read is compared with the reference model. It parses only the few fields it needs (the
+notification id and channel), so it stays cheap next to the system it measures.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import re
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from bench.dataset import Item, lane_of
+from operators import codec
+
+logger = logging.getLogger(__name__)
+
+# -- parsing output records ------------------------------------------------------------------
+
+
+def _read_long(buf: bytes, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+
+
+def _read_str(buf: bytes, pos: int) -> tuple[str, int]:
+    n, pos = _read_long(buf, pos)
+    return buf[pos:pos + n].decode("utf-8"), pos + n
+
+
+def _schema_fields(stem: str) -> list[dict[str, Any]]:
+    return list(json.loads((codec.SCHEMAS_DIR / f"{stem}.avsc").read_text(encoding="utf-8"))["fields"])
+
+
+_CM = _schema_fields("channel_message")
+_DN = _schema_fields("duplicate_notice")
+#: the fast paths read the leading fields; when the schemas change order they fall back to fastavro
+_CM_FAST = [f["name"] for f in _CM[:3]] == ["message_key", "channel", "notification_id"]
+_CHANNELS: list[str] = _CM[1]["type"]["symbols"] if _CM_FAST else []
+_DN_FAST = [f["name"] for f in _DN[:3]] == ["notification_id", "dedup_key", "original_notification_id"]
+
+
+def parse_channel_message(value: bytes, lane: str) -> Item:
+    if _CM_FAST:
+        _, pos = _read_str(value, 0)
+        channel, pos = _read_long(value, pos)
+        nid, _ = _read_str(value, pos)
+        return ("a", nid, _CHANNELS[channel], lane)
+    rec = codec.decode("channel_message", value)
+    return ("a", rec["notification_id"], rec["channel"], lane)
+
+
+def parse_duplicate_notice(value: bytes) -> Item:
+    if _DN_FAST:
+        nid, pos = _read_str(value, 0)
+        _, pos = _read_str(value, pos)
+        orig, _ = _read_str(value, pos)
+        return ("d", nid, orig)
+    rec = codec.decode("duplicate_notice", value)
+    return ("d", rec["notification_id"], rec["original_notification_id"])
+
+
+Parser = Callable[[str, bytes | None], Item]
+
+
+def avro_parser(channel_lanes: dict[str, str], duplicates: str) -> Parser:
+    """Outputs in the job's format: Avro ChannelMessage per lane topic, DuplicateNotice."""
+
+    def parse(topic: str, value: bytes | None) -> Item:
+        if value is None:
+            return ("x", topic, "<null value>")
+        try:
+            if topic in channel_lanes:
+                return parse_channel_message(value, channel_lanes[topic])
+            if topic == duplicates:
+                return parse_duplicate_notice(value)
+        except (IndexError, UnicodeDecodeError, ValueError) as exc:
+            return ("x", topic, f"unparsable: {exc}")
+        return ("x", topic, value[:64].hex())  # late, invalid: nothing is expected there
+
+    return parse
+
+
+def json_parser(accepted: str, duplicates: str) -> Parser:
+    """Outputs of the Flink SQL peer: JSON rows, one per accepted request and channel."""
+
+    def parse(topic: str, value: bytes | None) -> Item:
+        try:
+            rec = json.loads(value or b"null")
+            if topic == accepted:
+                return ("a", rec["notification_id"], rec["channel"], lane_of(rec["priority"]))
+            if topic == duplicates:
+                return ("d", rec["notification_id"], rec["original_notification_id"])
+        except (ValueError, KeyError, TypeError) as exc:
+            return ("x", topic, f"unparsable: {exc}")
+        return ("x", topic, "unexpected topic")
+
+    return parse
+
+
+# -- the output watcher ----------------------------------------------------------------------
+
+
+class OutputWatcher(threading.Thread):
+    """Reads the output topics read_committed from the beginning until stopped."""
+
+    def __init__(self, bootstrap: str, topics: Sequence[str], parse: Parser) -> None:
+        super().__init__(name="output-watcher", daemon=True)
+        self.bootstrap = bootstrap
+        self.topics = list(topics)
+        self.parse = parse
+        self.count = 0
+        #: (monotonic time of a consume() return, records in it)
+        self.batches: list[tuple[float, int]] = []
+        self.seen: Counter[Item] = Counter()
+        self.first_seen: dict[str, float] = {}
+        self.error: str | None = None
+        self._stop_event = threading.Event()
+        self._ready = threading.Event()
+
+    def run(self) -> None:
+        consumer = Consumer({
+            "bootstrap.servers": self.bootstrap, "group.id": f"bench-watch-{uuid.uuid4().hex[:10]}",
+            "isolation.level": "read_committed", "enable.auto.commit": "false",
+            "auto.offset.reset": "earliest", "fetch.wait.max.ms": "20", "enable.partition.eof": "false",
+        })
+        try:
+            meta = consumer.list_topics(timeout=15)
+            parts = [TopicPartition(t, p, -2) for t in self.topics for p in meta.topics[t].partitions]
+            consumer.assign(parts)
+            self._ready.set()
+            while not self._stop_event.is_set():
+                msgs = consumer.consume(10000, 0.05)
+                if not msgs:
+                    continue
+                now = time.monotonic()
+                n = 0
+                for m in msgs:
+                    err = m.error()
+                    if err is not None:
+                        if err.code() != KafkaError._PARTITION_EOF:
+                            logger.warning("watcher: %s", err)
+                        continue
+                    item = self.parse(m.topic(), m.value())
+                    self.seen[item] += 1
+                    if item[1] not in self.first_seen:
+                        self.first_seen[item[1]] = now
+                    n += 1
+                if n:
+                    self.count += n
+                    self.batches.append((now, n))
+        except Exception as exc:  # noqa: BLE001 - reported in the results, never silently
+            self.error = f"{type(exc).__name__}: {exc}"
+            logger.exception("output watcher failed")
+        finally:
+            self._ready.set()
+            consumer.close()
+
+    def start_and_wait(self) -> None:
+        self.start()
+        self._ready.wait(30)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(30)
+
+    def wait_for(self, count: int, timeout_s: float, alive: Callable[[], bool] = lambda: True) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while self.count < count:
+            if time.monotonic() > deadline or self.error or not alive():
+                return False
+            time.sleep(0.02)
+        return True
+
+    def first_time(self) -> float | None:
+        return self.batches[0][0] if self.batches else None
+
+    def time_reaching(self, count: int) -> float | None:
+        total = 0
+        for t, n in self.batches:
+            total += n
+            if total >= count:
+                return t
+        return None
+
+
+def sustained_rate(batches: list[tuple[float, int]], until_count: int, requests: int,
+                   cluster_s: float = 0.3) -> dict[str, Any]:
+    """Requests/s while the backlog was processed, from when its output became visible.
+
+    Output of an exactly-once system becomes visible a checkpoint (commit) at a time, in bursts:
+    the first burst holds what was processed before the clock could start, and the last one
+    what was processed in a partial interval, made visible up to an interval later. So the rate
+    is taken between the end of the first burst and the end of the second-to-last one (whole
+    intervals only): ``rate``. ``first_to_last`` is the plain "outputs from the first visible to
+    the last, over that time" (biased low by up to two intervals). Both are converted from
+    output records to requests with the stream's ratio (``requests / until_count``).
+    """
+    out: dict[str, Any] = {"rate": None, "first_to_last": None, "span_s": None, "bursts": 0}
+    if not batches:
+        return out
+    # bursts: runs of batches with gaps under cluster_s; (end time, cumulative outputs at the end)
+    bursts: list[tuple[float, float, int]] = []  # (start, end, cumulative)
+    total = 0
+    for t, n in batches:
+        total += n
+        if bursts and t - bursts[-1][1] <= cluster_s:
+            bursts[-1] = (bursts[-1][0], t, total)
+        else:
+            bursts.append((t, t, total))
+        if total >= until_count:
+            break
+    if total < until_count:
+        return out
+    ratio = requests / until_count
+    t_first, t_done = bursts[0][0], bursts[-1][1]
+    out["span_s"] = t_done - t_first
+    out["bursts"] = len(bursts)
+    first_burst = bursts[0][2]
+    out["first_burst_outputs"] = first_burst
+    if t_done - t_first >= 0.5:
+        out["first_to_last"] = (until_count - first_burst) / (t_done - t_first) * ratio
+    if len(bursts) >= 3:
+        _, end, cum = bursts[-2]
+        if end - bursts[0][1] >= 0.5:
+            out["rate"] = (cum - first_burst) / (end - bursts[0][1]) * ratio
+    elif len(bursts) == 1 and bursts[0][1] - bursts[0][0] >= 1.0:  # continuous output, one run
+        # drop the first and the last 10% of the run
+        lo, hi = 0.1 * until_count, 0.9 * until_count
+        total, t_lo, t_hi = 0, None, None
+        for t, n in batches:
+            total += n
+            if t_lo is None and total >= lo:
+                t_lo = t
+            if t_hi is None and total >= hi:
+                t_hi = t
+        if t_lo is not None and t_hi is not None and t_hi - t_lo > 0.2:
+            out["rate"] = (hi - lo) / (t_hi - t_lo) * ratio
+    return out
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float | None:
+    if not sorted_values:
+        return None
+    k = max(0, min(len(sorted_values) - 1, int(round(q / 100 * len(sorted_values) + 0.5)) - 1))
+    return sorted_values[k]
+
+
+# -- exactness -------------------------------------------------------------------------------
+
+
+@dataclass
+class Exactness:
+    expected: int
+    seen: int
+    missing: int
+    unexpected: int
+    twice: int
+    examples: list[str] = field(default_factory=list)
+
+    @property
+    def exact(self) -> bool:
+        return self.missing == 0 and self.unexpected == 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"exact": self.exact, "expected": self.expected, "seen": self.seen, "missing": self.missing,
+                "unexpected": self.unexpected, "twice": self.twice, "examples": self.examples}
+
+
+def compare(expected: Counter[Item], seen: Counter[Item]) -> Exactness:
+    """Multiset comparison of output items: every expected item once, nothing else."""
+    missing = expected - seen
+    extra = seen - expected
+    twice = sum(n - 1 for item, n in seen.items() if n > 1 and item in expected)
+    examples = [f"missing {item}" for item in list(missing)[:3]] + [f"unexpected {item}" for item in list(extra)[:3]]
+    return Exactness(sum(expected.values()), sum(seen.values()), sum(missing.values()),
+                     sum(extra.values()), twice, examples)
+
+
+# -- processes -------------------------------------------------------------------------------
+
+
+@dataclass
+class _Proc:
+    group: str
+    pid: int
+    name: str
+    cmd: str
+    cpu: float = 0.0
+    rss_peak: int = 0
+    rss_last: int = 0
+
+
+class ProcSampler(threading.Thread):
+    """CPU seconds and peak RSS of process trees, sampled every ``interval_s`` (psutil)."""
+
+    def __init__(self, interval_s: float = 0.25) -> None:
+        super().__init__(name="proc-sampler", daemon=True)
+        import psutil
+
+        self._psutil = psutil
+        self.interval_s = interval_s
+        self.roots: dict[str, list[tuple[int, bool]]] = {}
+        self.procs: dict[tuple[str, int], _Proc] = {}
+        self.marks: dict[tuple[str, str], dict[int, float]] = {}
+        self._lock = threading.Lock()
+        self._stop_event = threading.Event()
+
+    def watch(self, group: str, pid: int, recursive: bool = True) -> None:
+        with self._lock:
+            self.roots.setdefault(group, []).append((pid, recursive))
+        self.sample()
+
+    def unwatch(self, group: str) -> None:
+        self.sample()
+        with self._lock:
+            self.roots.pop(group, None)
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.interval_s):
+            self.sample()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(5)
+
+    def sample(self) -> None:
+        ps = self._psutil
+        with self._lock:
+            for group, roots in self.roots.items():
+                for root_pid, recursive in roots:
+                    try:
+                        root = ps.Process(root_pid)
+                        tree = [root, *root.children(recursive=True)] if recursive else [root]
+                    except ps.Error:
+                        continue
+                    for p in tree:
+                        try:
+                            with p.oneshot():
+                                cpu = p.cpu_times()
+                                rss = p.memory_info().rss
+                                key = (group, p.pid)
+                                rec = self.procs.get(key)
+                                if rec is None:
+                                    rec = self.procs[key] = _Proc(group, p.pid, p.name(), _short_cmd(p.cmdline()))
+                        except ps.Error:
+                            continue
+                        if not rec.cmd:
+                            try:
+                                rec.cmd = _short_cmd(p.cmdline())
+                            except ps.Error:
+                                pass
+                        rec.cpu = max(rec.cpu, cpu.user + cpu.system)
+                        rec.rss_last = rss
+                        rec.rss_peak = max(rec.rss_peak, rss)
+
+    def mark(self, group: str, name: str) -> None:
+        self.sample()
+        with self._lock:
+            self.marks[(group, name)] = {pid: r.cpu for (g, pid), r in self.procs.items() if g == group}
+
+    def cpu_between(self, group: str, start: str | None, end: str | None) -> dict[int, float]:
+        """CPU seconds per pid of ``group`` between two marks (None: since birth / until now)."""
+        with self._lock:
+            a = self.marks.get((group, start), {}) if start else {}
+            b = self.marks.get((group, end)) if end else None
+            out = {}
+            for (g, pid), r in self.procs.items():
+                if g != group:
+                    continue
+                until = b.get(pid, r.cpu) if b is not None else r.cpu
+                if b is not None and pid not in b:
+                    continue  # born after the end mark
+                out[pid] = max(0.0, until - a.get(pid, 0.0))
+            return out
+
+    def processes(self, group: str) -> list[_Proc]:
+        with self._lock:
+            return [r for (g, _), r in self.procs.items() if g == group]
+
+
+def _short_cmd(cmdline: list[str]) -> str:
+    if not cmdline:
+        return ""
+    exe = Path(cmdline[0]).name
+    if exe.startswith("java"):
+        main = next((a for a in cmdline[1:] if not a.startswith("-") and "." in a and "/" not in a), "")
+        return f"java {main}".strip()
+    if exe.startswith("python") and "-m" in cmdline:
+        i = cmdline.index("-m")
+        return f"python -m {' '.join(cmdline[i + 1:i + 2])}"
+    return " ".join([exe, *cmdline[1:3]])[:80]
+
+
+# -- the machine -----------------------------------------------------------------------------
+
+
+def machine_info() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "nproc": os.cpu_count(),
+        "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "loadavg_at_start": os.getloadavg(),
+    }
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+        m = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.M)
+        info["cpu_model"] = m.group(1).strip() if m else None
+        meminfo = Path("/proc/meminfo").read_text()
+        m = re.search(r"^MemTotal:\s*(\d+) kB", meminfo, re.M)
+        info["memory_gib"] = round(int(m.group(1)) / 1024 / 1024, 1) if m else None
+    except OSError:
+        pass
+    try:
+        out = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30)
+        info["java"] = (out.stderr or out.stdout).splitlines()[0]
+    except (OSError, subprocess.TimeoutExpired, IndexError):
+        info["java"] = None
+    return info
+
+
+def git_info(repo: Path) -> dict[str, Any]:
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                                  timeout=30).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+
+    status = git("status", "--porcelain", "--", "jobs", "operators", "connector", "dedupctl", "bench")
+    return {"commit": git("rev-parse", "HEAD"), "dirty_paths": len(status.splitlines())}

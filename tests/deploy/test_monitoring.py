@@ -1,0 +1,167 @@
+"""Static checks of the monitoring files: deploy/prometheus (scrape config, alert rules and their
+unit tests) and deploy/grafana (datasource, dashboard provider, dashboard).
+
+``promtool`` (Debian's ``prometheus`` package, or a Prometheus release) checks the config, the
+PromQL of every rule and dashboard query, and runs the rules' unit tests where it is installed.
+Whether every metric named here is one the job really exports is checked against a running
+job in tests/ops/test_ops_job.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+PROMETHEUS = REPO / "deploy" / "prometheus"
+GRAFANA = REPO / "deploy" / "grafana"
+DASHBOARD = GRAFANA / "dashboards" / "notify-dedup.json"
+#: Grafana's own variables, as Prometheus would see them once Grafana filled them in
+GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__range": "1h", "$__interval": "15s", "$job": "notify_dedup"}
+#: what the issue asks the dashboard to show, each by a metric only that subject uses
+DASHBOARD_SUBJECTS = {
+    "watermark lag": "currentInputWatermark",
+    "checkpoint size": "lastCheckpointSize",
+    "checkpoint duration": "lastCheckpointDuration",
+    "state size": "rocksdb_estimate_live_data_size",
+    "dedup rates": "operator_accepted",
+    "late rate": "operator_late",
+    "invalid rate": "operator_invalid",
+    "Bloom skip rate": "state_reads_skipped",
+}
+FLINK_NAME = re.compile(r"^flink_(jobmanager_job|taskmanager_job_task|taskmanager_job_task_operator)_\w+$")
+
+needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
+
+
+def _yaml(path: Path):
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def rules() -> list[dict]:
+    return [r for g in _yaml(PROMETHEUS / "alerts.yml")["groups"] for r in g["rules"]]
+
+
+@pytest.fixture(scope="module")
+def dashboard() -> dict:
+    return json.loads(DASHBOARD.read_text(encoding="utf-8"))
+
+
+def _targets(dashboard: dict) -> list[tuple[dict, dict]]:
+    return [(p, t) for p in dashboard["panels"] for t in p.get("targets", [])]
+
+
+def _promtool(*args: str, cwd: Path) -> None:
+    proc = subprocess.run(["promtool", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# ----------------------------------------------------------------------------- alert rules
+
+
+def test_alert_rules_are_complete(rules):
+    names = [r["alert"] for r in rules]
+    assert len(names) == len(set(names)), names
+    asked_for = {
+        "DedupWatermarkStalled", "DedupCheckpointsFailing", "DedupInvalidRateRising", "DedupLateRateRising",
+    }
+    assert asked_for <= set(names)
+    for r in rules:
+        assert r["labels"]["severity"] in ("critical", "warning"), r["alert"]
+        assert r["annotations"]["summary"] and r["annotations"]["description"], r["alert"]
+        assert re.fullmatch(r"\d+[smh]", r.get("for", "0s")), r["alert"]
+
+
+def test_every_alert_has_unit_tests_that_fire_and_stay_quiet(rules):
+    cases: dict[str, set[bool]] = {}
+    for group in _yaml(PROMETHEUS / "alerts.test.yml")["tests"]:
+        for case in group.get("alert_rule_test", []):
+            cases.setdefault(case["alertname"], set()).add(bool(case.get("exp_alerts")))
+    for r in rules:
+        assert cases.get(r["alert"]) == {True, False}, f"{r['alert']}: needs a firing and a quiet case"
+
+
+@needs_promtool
+def test_promtool_checks_the_rules_and_runs_their_unit_tests():
+    _promtool("check", "rules", "alerts.yml", cwd=PROMETHEUS)
+    _promtool("test", "rules", "alerts.test.yml", cwd=PROMETHEUS)
+
+
+@needs_promtool
+def test_promtool_checks_the_scrape_config(tmp_path):
+    config = _yaml(PROMETHEUS / "prometheus.yml")
+    # the rule files are mounted into the container; here they are read where they are
+    config["rule_files"] = [str(PROMETHEUS / Path(f).name) for f in config["rule_files"]]
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    _promtool("check", "config", "prometheus.yml", cwd=tmp_path)
+
+
+# ------------------------------------------------------------------------------- Grafana
+
+
+def test_datasource_and_dashboard_provider():
+    [source] = _yaml(GRAFANA / "provisioning" / "datasources" / "prometheus.yml")["datasources"]
+    assert (source["type"], source["uid"], source["access"]) == ("prometheus", "prometheus", "proxy")
+    [provider] = _yaml(GRAFANA / "provisioning" / "dashboards" / "notify-dedup.yml")["providers"]
+    assert provider["type"] == "file" and provider["options"]["path"]
+
+
+def test_dashboard_structure(dashboard):
+    [source] = _yaml(GRAFANA / "provisioning" / "datasources" / "prometheus.yml")["datasources"]
+    assert dashboard["uid"] == "notify-dedup" and dashboard["title"]
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    cells: set[tuple[int, int]] = set()
+    for p in dashboard["panels"]:
+        g = p["gridPos"]
+        assert 0 <= g["x"] and g["x"] + g["w"] <= 24, p["title"]
+        area = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+        assert not area & cells, f"panel {p['title']!r} overlaps another"
+        cells |= area
+        if p["type"] == "row":
+            continue
+        assert p["datasource"]["uid"] == source["uid"], p["title"]
+        refs = [t["refId"] for t in p["targets"]]
+        assert refs and len(refs) == len(set(refs)), p["title"]
+        for t in p["targets"]:
+            assert t["datasource"]["uid"] == source["uid"] and t["expr"].strip(), p["title"]
+
+
+def test_dashboard_shows_what_operators_watch(dashboard):
+    exprs = " ".join(t["expr"] for _, t in _targets(dashboard))
+    missing = [subject for subject, metric in DASHBOARD_SUBJECTS.items() if metric not in exprs]
+    assert not missing, missing
+
+
+def _as_prometheus_sees_it(expr: str) -> str:
+    for var, value in GRAFANA_VARIABLES.items():
+        expr = expr.replace(var, value)
+    assert "$" not in expr, f"unknown Grafana variable in {expr}"
+    return expr
+
+
+@needs_promtool
+def test_dashboard_queries_are_valid_promql(dashboard, tmp_path):
+    records = [
+        {"record": f"dashboard:panel{p['id']}:{t['refId']}", "expr": _as_prometheus_sees_it(t["expr"])}
+        for p, t in _targets(dashboard)
+    ]
+    (tmp_path / "queries.yml").write_text(
+        yaml.safe_dump({"groups": [{"name": "dashboard", "rules": records}]}), encoding="utf-8"
+    )
+    _promtool("check", "rules", "queries.yml", cwd=tmp_path)
+
+
+def test_metric_names_are_flink_prometheus_names(rules, dashboard):
+    exprs = [r["expr"] for r in rules] + [t["expr"] for _, t in _targets(dashboard)]
+    for expr in exprs:
+        names = re.findall(r"\bflink_[A-Za-z0-9_:]+", expr)
+        assert names, expr
+        assert all(FLINK_NAME.match(n) for n in names), names

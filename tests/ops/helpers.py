@@ -1,0 +1,28 @@
+"""Helpers of the operations tests: per-test topic names and a config file for the CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from dedupctl.config import Settings
+from operators.routing import Topics
+
+
+def prefixed_topics(prefix: str) -> Topics:
+    base = Topics()
+    return Topics(**{f.name: prefix + getattr(base, f.name) for f in dataclasses.fields(base)})
+
+
+def write_config(cfg: Settings, path: Path, *, status_topic: str | None = None) -> Path:
+    """A TOML file the ``dedupctl --config`` loader reads back as ``cfg`` (the parts the
+    operations commands use)."""
+    lines = ["[kafka]", f"bootstrap_servers = {json.dumps(cfg.kafka.bootstrap_servers)}", "[topics]"]
+    lines += [f"{f.name} = {json.dumps(getattr(cfg.topics, f.name))}" for f in dataclasses.fields(cfg.topics)]
+    lines += ["[flink]", f"rest_port = {cfg.flink.rest_port}"]
+    lines += ["[dedup]", f"bloom_fp_rate = {cfg.dedup.bloom_fp_rate}"]
+    if status_topic is not None and hasattr(cfg, "senders"):
+        lines += ["[senders]", f"status_topic = {json.dumps(status_topic)}"]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path

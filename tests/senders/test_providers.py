@@ -1,0 +1,201 @@
+"""The HTTP provider against a local http.server, the SMTP provider against a local aiosmtpd."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from email import message_from_bytes
+from typing import Any
+
+import pytest
+
+from dedupctl.config import Secret
+from dedupctl.senders.metrics import Metrics
+from dedupctl.senders.providers import HttpProvider, SmtpProvider
+from dedupctl.senders.providers.smtp import message_id
+from operators.records import Channel
+from operators.senders.errors import ProviderPermanentError, ProviderRetryableError
+from tests.senders.fake_http import FakeHttpProvider
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# -- HTTP ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def server() -> Iterator[FakeHttpProvider]:
+    srv = FakeHttpProvider(
+        replies={
+            "throttled": (429, {"Retry-After": "7"}),
+            "broken": (500, {}),
+            "unavailable": (503, {}),
+            "unauthorized": (401, {}),
+            "bad-request": (400, {}),
+            "gone": (410, {}),
+            "unprocessable": (422, {}),
+            "too-big": (413, {}),
+        },
+        stall={"stalls"},
+        stall_s=1.0,
+    ).start()
+    yield srv
+    srv.stop()
+
+
+def _send(provider: HttpProvider | SmtpProvider, to: str, key: str = "dk1:sms") -> Any:
+    return provider.send(
+        to=to, message_key=key, channel=Channel.SMS, template_id="otp", params={"code": "123456"}
+    )
+
+
+def test_2xx_is_sent_with_the_message_key_as_idempotency_key(server: FakeHttpProvider) -> None:
+    metrics = Metrics()
+    provider = HttpProvider(
+        name="sms-a", url=server.url, timeout_s=0.5, token=Secret("s3cret"), metrics=metrics
+    )
+    receipt = _send(provider, "+15550100")
+    assert receipt.provider == "sms-a" and receipt.reference == "msg-1"
+    [request] = server.requests
+    assert request.idempotency_key == "dk1:sms"
+    assert request.authorization == "Bearer s3cret"
+    assert request.body == {
+        "message_key": "dk1:sms",
+        "channel": "sms",
+        "to": "+15550100",
+        "template_id": "otp",
+        "params": {"code": "123456"},
+    }
+    assert metrics.value("provider_calls_total", provider="sms-a", outcome="sent") == 1
+
+
+@pytest.mark.parametrize(
+    ("to", "status"), [("throttled", 429), ("broken", 500), ("unavailable", 503), ("unauthorized", 401)]
+)
+def test_429_5xx_and_auth_failures_are_transient(server: FakeHttpProvider, to: str, status: int) -> None:
+    provider = HttpProvider(name="sms-a", url=server.url, timeout_s=0.5)
+    with pytest.raises(ProviderRetryableError) as err:
+        _send(provider, to)
+    assert err.value.status_code == status
+    assert err.value.retry_after_s == (7.0 if status == 429 else None)
+
+
+def test_a_timeout_is_transient(server: FakeHttpProvider) -> None:
+    provider = HttpProvider(name="sms-a", url=server.url, timeout_s=0.2)
+    with pytest.raises(ProviderRetryableError, match="no reply within"):
+        _send(provider, "stalls")
+
+
+def test_a_refused_connection_is_transient() -> None:
+    provider = HttpProvider(name="sms-a", url=f"http://127.0.0.1:{_closed_port()}/send", timeout_s=0.5)
+    with pytest.raises(ProviderRetryableError, match="connection failed"):
+        _send(provider, "+15550100")
+
+
+@pytest.mark.parametrize(
+    ("to", "status", "deactivate"),
+    [
+        ("bad-request", 400, True),
+        ("gone", 410, True),
+        ("unprocessable", 422, True),
+        ("too-big", 413, False),
+    ],
+)
+def test_other_4xx_are_permanent(server: FakeHttpProvider, to: str, status: int, deactivate: bool) -> None:
+    metrics = Metrics()
+    provider = HttpProvider(name="sms-a", url=server.url, timeout_s=0.5, metrics=metrics)
+    with pytest.raises(ProviderPermanentError) as err:
+        _send(provider, to)
+    assert (err.value.status_code, err.value.deactivate_address) == (status, deactivate)
+    assert err.value.reason == f"HTTP {status}"  # nothing of the body or the address
+    assert metrics.value("provider_calls_total", outcome="permanent") == 1
+
+
+# -- SMTP ------------------------------------------------------------------------------------------
+
+
+class _Handler:
+    def __init__(self) -> None:
+        self.messages: list[tuple[list[str], bytes]] = []
+
+    async def handle_RCPT(self, server: Any, session: Any, envelope: Any, address: str, options: Any) -> str:  # noqa: N802
+        if address.startswith("nobody@"):
+            return f"550 5.1.1 <{address}>: Recipient address rejected: User unknown"
+        if address.startswith("greylisted@"):
+            return f"451 4.7.1 <{address}>: Greylisted, try again later"
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802
+        self.messages.append((list(envelope.rcpt_tos), envelope.content))
+        return "250 Message accepted"
+
+
+@pytest.fixture
+def smtp_server() -> Iterator[tuple[_Handler, int]]:
+    from aiosmtpd.controller import Controller
+
+    handler = _Handler()
+    controller = Controller(handler, hostname="127.0.0.1", port=_closed_port())
+    controller.start()
+    yield handler, controller.port
+    controller.stop()
+
+
+def _smtp(port: int) -> SmtpProvider:
+    return SmtpProvider(name="smtp", host="127.0.0.1", port=port, sender="noreply@example.com", timeout_s=2.0)
+
+
+def test_smtp_sends_the_message_with_a_stable_message_id(smtp_server: tuple[_Handler, int]) -> None:
+    handler, port = smtp_server
+    receipt = _smtp(port).send(
+        to="ann@example.com",
+        message_key="dk2:email",
+        channel=Channel.EMAIL,
+        template_id="order_shipped",
+        params={"order": "1001"},
+    )
+    [(rcpts, content)] = handler.messages
+    assert rcpts == ["ann@example.com"]
+    msg = message_from_bytes(content)
+    assert msg["Subject"] == "order_shipped" and msg["From"] == "noreply@example.com"
+    assert msg["Message-ID"] == message_id("dk2:email") == receipt.reference
+    assert msg["X-Notify-Message-Key"] == "dk2:email"
+    assert "order: 1001" in msg.get_payload()
+
+
+def test_smtp_unknown_recipient_is_permanent_and_blames_the_address(
+    smtp_server: tuple[_Handler, int],
+) -> None:
+    _, port = smtp_server
+    with pytest.raises(ProviderPermanentError) as err:
+        _smtp(port).send(
+            to="nobody@example.com",
+            message_key="dk3:email",
+            channel=Channel.EMAIL,
+            template_id="t",
+            params={},
+        )
+    assert err.value.deactivate_address and err.value.status_code == 550
+    assert err.value.reason == "SMTP 550 5.1.1"  # not the server's text: it names the address
+
+
+def test_smtp_4xx_and_connection_failures_are_transient(smtp_server: tuple[_Handler, int]) -> None:
+    _, port = smtp_server
+    with pytest.raises(ProviderRetryableError) as err:
+        _smtp(port).send(
+            to="greylisted@example.com",
+            message_key="dk4:email",
+            channel=Channel.EMAIL,
+            template_id="t",
+            params={},
+        )
+    assert err.value.status_code == 451
+    with pytest.raises(ProviderRetryableError, match="connection failed"):
+        _smtp(_closed_port()).send(
+            to="ann@example.com", message_key="dk5:email", channel=Channel.EMAIL, template_id="t", params={}
+        )
