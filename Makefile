@@ -7,7 +7,7 @@ VENV_STAMP := $(VENV)/.installed
 JARS_STAMP := .cache/jars/.complete
 JAVA_SOURCES := $(shell find connector -name '*.java' 2>/dev/null)
 
-.PHONY: all setup venv jars demo test test-fast lint typecheck chaos bench clean kafka-start kafka-stop
+.PHONY: all setup venv jars demo test test-fast lint typecheck chaos clean kafka-start kafka-stop bench bench-full
 
 all: test
 
@@ -49,3 +49,21 @@ kafka-stop: venv
 
 clean:
 	rm -rf .cache/build .data
+
+# Fault injection at full size: >= 20 SIGKILLs over 200,000 requests, a broker restart, rescales.
+chaos: setup
+	$(BIN)/dedupctl chaos --requests 200000 --rate 1000 --kills 20 --broker-restarts 1 --rescales 2
+
+# The job against its peers (bench/README.md): quick (< 5 min) and full. Both need the `bench`
+# extra (Quix Streams, redis, matplotlib, psutil) on top of the setup; a missing redis-server is
+# installed from Debian's packages by the benchmark itself (or that peer is skipped).
+BENCH_STAMP := $(VENV)/.bench-installed
+$(BENCH_STAMP): $(VENV_STAMP) pyproject.toml
+	$(BIN)/pip install --quiet -e '.[test,dev,bench]'
+	touch $@
+
+bench: setup $(BENCH_STAMP)
+	$(BIN)/python -m bench.run --quick
+
+bench-full: setup $(BENCH_STAMP)
+	$(BIN)/python -m bench.run

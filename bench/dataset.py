@@ -16,6 +16,7 @@ generator's mix of 2 s .. 1 h windows instead; those peers are then expected to 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections import Counter
@@ -55,13 +56,12 @@ class DatasetSpec:
     ttl_mix: bool = False
 
     def stream_spec(self) -> StreamSpec:
-        extra = {} if self.ttl_mix else {"ttl_choices": (None,)}
-        return StreamSpec(
+        spec = StreamSpec(
             requests=self.backlog + self.live_pool, partitions=self.partitions, seed=self.seed,
             repeat_share=self.repeat_share, late_share=0.0, invalid_share=0.0,
             disorder_share=self.disorder_share, step_ms=self.step_ms, param_bytes=self.param_bytes,
-            **extra,
         )
+        return spec if self.ttl_mix else dataclasses.replace(spec, ttl_choices=(None,))
 
 
 @dataclass

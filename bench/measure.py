@@ -153,7 +153,9 @@ class OutputWatcher(threading.Thread):
             consumer.assign(parts)
             self._ready.set()
             while not self._stop_event.is_set():
-                msgs = consumer.consume(10000, 0.05)
+                # consume() waits for its whole timeout unless the batch fills: keep it short, or
+                # it adds tens of milliseconds to every latency sample
+                msgs = consumer.consume(5000, 0.005)
                 if not msgs:
                     continue
                 now = time.monotonic()
@@ -208,22 +210,26 @@ class OutputWatcher(threading.Thread):
 
 
 def sustained_rate(batches: list[tuple[float, int]], until_count: int, requests: int,
-                   cluster_s: float = 0.3) -> dict[str, Any]:
-    """Requests/s while the backlog was processed, from when its output became visible.
+                   bursty: bool, cluster_s: float = 0.3) -> dict[str, Any]:
+    """Requests/s while the backlog was processed, from the times its output became visible.
 
-    Output of an exactly-once system becomes visible a checkpoint (commit) at a time, in bursts:
-    the first burst holds what was processed before the clock could start, and the last one
-    what was processed in a partial interval, made visible up to an interval later. So the rate
-    is taken between the end of the first burst and the end of the second-to-last one (whole
-    intervals only): ``rate``. ``first_to_last`` is the plain "outputs from the first visible to
-    the last, over that time" (biased low by up to two intervals). Both are converted from
-    output records to requests with the stream's ratio (``requests / until_count``).
+    ``bursty`` (exactly-once systems): output becomes visible a checkpoint (commit) at a time.
+    The first burst holds what was processed before the clock could start, and the last one
+    what was processed in a partial interval, made visible up to an interval later; so the rate
+    is taken from the end of the first burst to the end of the second-to-last one, whole
+    intervals only. Otherwise (output visible as it is written) the rate is taken between the
+    times 10% and 90% of the backlog's output was visible. ``first_to_last`` is the plain
+    "outputs after the first visible ones, over the time to the last" for reference (biased
+    low by up to two commit intervals). Rates are converted from output records to requests
+    with the stream's ratio (``requests / until_count``).
     """
     out: dict[str, Any] = {"rate": None, "first_to_last": None, "span_s": None, "bursts": 0}
-    if not batches:
+    upto = _until(batches, until_count)
+    if upto is None:
         return out
-    # bursts: runs of batches with gaps under cluster_s; (end time, cumulative outputs at the end)
-    bursts: list[tuple[float, float, int]] = []  # (start, end, cumulative)
+    batches = upto
+    ratio = requests / until_count
+    bursts: list[tuple[float, float, int]] = []  # (start, end, cumulative outputs at the end)
     total = 0
     for t, n in batches:
         total += n
@@ -231,35 +237,36 @@ def sustained_rate(batches: list[tuple[float, int]], until_count: int, requests:
             bursts[-1] = (bursts[-1][0], t, total)
         else:
             bursts.append((t, t, total))
-        if total >= until_count:
-            break
-    if total < until_count:
-        return out
-    ratio = requests / until_count
-    t_first, t_done = bursts[0][0], bursts[-1][1]
-    out["span_s"] = t_done - t_first
-    out["bursts"] = len(bursts)
+    t_first, t_done = batches[0][0], batches[-1][0]
     first_burst = bursts[0][2]
-    out["first_burst_outputs"] = first_burst
-    if t_done - t_first >= 0.5:
-        out["first_to_last"] = (until_count - first_burst) / (t_done - t_first) * ratio
-    if len(bursts) >= 3:
-        _, end, cum = bursts[-2]
-        if end - bursts[0][1] >= 0.5:
-            out["rate"] = (cum - first_burst) / (end - bursts[0][1]) * ratio
-    elif len(bursts) == 1 and bursts[0][1] - bursts[0][0] >= 1.0:  # continuous output, one run
-        # drop the first and the last 10% of the run
-        lo, hi = 0.1 * until_count, 0.9 * until_count
-        total, t_lo, t_hi = 0, None, None
-        for t, n in batches:
-            total += n
-            if t_lo is None and total >= lo:
-                t_lo = t
-            if t_hi is None and total >= hi:
-                t_hi = t
-        if t_lo is not None and t_hi is not None and t_hi - t_lo > 0.2:
-            out["rate"] = (hi - lo) / (t_hi - t_lo) * ratio
+    out.update(span_s=t_done - t_first, bursts=len(bursts), first_burst_outputs=first_burst)
+    if t_done - bursts[0][1] >= 0.5:
+        out["first_to_last"] = (until_count - first_burst) / (t_done - bursts[0][1]) * ratio
+    if bursty:
+        if len(bursts) >= 3 and bursts[-2][1] - bursts[0][1] >= 0.5:
+            out["rate"] = (bursts[-2][2] - first_burst) / (bursts[-2][1] - bursts[0][1]) * ratio
+        return out
+    lo, hi = 0.1 * until_count, 0.9 * until_count
+    total, t_lo, t_hi = 0, None, None
+    for t, n in batches:
+        total += n
+        if t_lo is None and total >= lo:
+            t_lo, c_lo = t, total
+        if total >= hi:
+            t_hi, c_hi = t, total
+            break
+    if t_lo is not None and t_hi is not None and t_hi - t_lo >= 0.2:
+        out["rate"] = (c_hi - c_lo) / (t_hi - t_lo) * ratio
     return out
+
+
+def _until(batches: list[tuple[float, int]], count: int) -> list[tuple[float, int]] | None:
+    total = 0
+    for i, (_, n) in enumerate(batches):
+        total += n
+        if total >= count:
+            return batches[:i + 1]
+    return None
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float | None:
@@ -295,7 +302,8 @@ def compare(expected: Counter[Item], seen: Counter[Item]) -> Exactness:
     missing = expected - seen
     extra = seen - expected
     twice = sum(n - 1 for item, n in seen.items() if n > 1 and item in expected)
-    examples = [f"missing {item}" for item in list(missing)[:3]] + [f"unexpected {item}" for item in list(extra)[:3]]
+    examples = [f"missing {item}" for item in list(missing)[:3]]
+    examples += [f"unexpected {item}" for item in list(extra)[:3]]
     return Exactness(sum(expected.values()), sum(seen.values()), sum(missing.values()),
                      sum(extra.values()), twice, examples)
 
@@ -319,8 +327,10 @@ class ProcSampler(threading.Thread):
 
     def __init__(self, interval_s: float = 0.25) -> None:
         super().__init__(name="proc-sampler", daemon=True)
-        import psutil
-
+        try:
+            import psutil
+        except ImportError:  # the bench extra is not installed: no CPU or memory figures
+            psutil = None
         self._psutil = psutil
         self.interval_s = interval_s
         self.roots: dict[str, list[tuple[int, bool]]] = {}
@@ -349,6 +359,8 @@ class ProcSampler(threading.Thread):
 
     def sample(self) -> None:
         ps = self._psutil
+        if ps is None:
+            return
         with self._lock:
             for group, roots in self.roots.items():
                 for root_pid, recursive in roots:
@@ -365,7 +377,8 @@ class ProcSampler(threading.Thread):
                                 key = (group, p.pid)
                                 rec = self.procs.get(key)
                                 if rec is None:
-                                    rec = self.procs[key] = _Proc(group, p.pid, p.name(), _short_cmd(p.cmdline()))
+                                    rec = _Proc(group, p.pid, p.name(), _short_cmd(p.cmdline()))
+                                    self.procs[key] = rec
                         except ps.Error:
                             continue
                         if not rec.cmd:

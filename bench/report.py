@@ -15,6 +15,10 @@ def _num(value: Any, fmt: str = "{:,.0f}") -> str:
     return fmt.format(value)
 
 
+def _pct(value: float | None, fmt: str) -> str:
+    return _num(value * 100 if value is not None else None, fmt)
+
+
 def _get(d: dict[str, Any], *path: str) -> Any:
     for p in path:
         if not isinstance(d, dict):
@@ -53,7 +57,11 @@ def markdown(results: dict[str, Any]) -> str:
         f"{ds['spec']['partitions']} partitions, seed {ds['spec']['seed']}; checkpoint / commit interval "
         f"{results['checkpoint_ms']} ms; latency phase {results['live_s']} s at "
         f"{results.get('live_fraction', 0.8):.0%} of each system's "
-        f"sustained rate (at most {results['max_live_rate']:,}/s)",
+        f"sustained rate (at most {results['max_live_rate']:,}/s)  ",
+        f"Latency floor (produce -> read_committed consumer through the broker, no system in between, "
+        f"{_num(_get(results, 'latency_floor', 'rate'))}/s): "
+        f"p50 {_num(_get(results, 'latency_floor', 'p50_ms'))} ms, "
+        f"p99 {_num(_get(results, 'latency_floor', 'p99_ms'))} ms",
         "",
         "| system | guarantee | req/s sustained | req/s incl. start-up | start-up s | p50 ms | p99 ms "
         "| latency at req/s | CPU s (backlog) | CPU µs/req | peak RSS MB | state B/key | exact |",
@@ -79,19 +87,28 @@ def markdown(results: dict[str, Any]) -> str:
     jobs = [r for r in results["systems"] if _get(r, "system_metrics", "bloom")]
     if jobs:
         lines += ["", "| this job | keys held | Bloom bits/key | Bloom FP rate | state reads skipped "
-                  "| checkpoint bytes | checkpoints (failed) | restarts |", "|---|--:|--:|--:|--:|--:|--:|--:|"]
+                  "| checkpoint bytes | checkpoints (failed) | restarts |",
+                  "|---|--:|--:|--:|--:|--:|--:|--:|"]
         for r in jobs:
             sm = r["system_metrics"]
             b = sm["bloom"]
             cp = sm.get("checkpoints", {})
+            match = _get(r, "state", "keys_held_matches_model")
+            model = f" (**model: {_get(r, 'state', 'keys'):,}**)"
+            held = _num(_get(sm, "dedup_metrics", "keys_held")) + (
+                "" if match is None else " (= model)" if match else model)
             lines.append(
-                f"| {r['title']} | {_num(_get(sm, 'dedup_metrics', 'keys_held'))} "
+                f"| {r['title']} | {held} "
                 f"| {_num(b['bits_per_key'], '{:.1f}')} "
-                f"| {_num(b['fp_rate'] * 100 if b['fp_rate'] is not None else None, '{:.2f}%')} "
-                f"| {_num(b['reads_skipped_share'] * 100 if b['reads_skipped_share'] is not None else None, '{:.1f}%')} "
+                f"| {_pct(b['fp_rate'], '{:.2f}%')} | {_pct(b['reads_skipped_share'], '{:.1f}%')} "
                 f"| {_num(cp.get('latest_state_size'))} | {cp.get('completed')} ({cp.get('failed')}) "
                 f"| {_num(cp.get('restarts'))} |"
             )
+    if jobs:
+        lines += ["", "Bloom bits/key = the bloom_bits gauge over keys_held; the filter is sized for "
+                  "`dedup.bloom_expected_keys` (default 1,000,000 over all shards), so it reads high "
+                  "when far fewer keys are held. FP rate = bloom_false_positives / (state_reads_skipped + "
+                  "bloom_false_positives); reads skipped = state_reads_skipped / (state_reads + skipped)."]
     lines += ["", "Broker (shared, single KRaft node): " + ", ".join(
         f"{r['key']} {_num(_get(r, 'broker', 'cpu_s'), '{:.1f}')} CPU s"
         for r in results["systems"] if r.get("broker"))]
@@ -150,13 +167,15 @@ def chart(results: dict[str, Any], path: Path) -> bool:
         for bar, e, v in zip(bars, eos, values, strict=True):
             if not e:
                 bar.set_hatch("//")
-            ax.annotate("n/a" if v is None else f"{v:,.0f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                        ha="center", va="bottom", fontsize=8)
+            ax.annotate("n/a" if v is None else f"{v:,.0f}",
+                        (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
+                        fontsize=8)
         ax.set_title(title, fontsize=10)
         ax.tick_params(axis="x", labelrotation=20, labelsize=8)
     m = results["machine"]
     fig.suptitle(f"notify-dedup vs peers, {results['started_at']} ({results['mode']}), "
-                 f"{results['dataset']['backlog_records']:,} requests; {m.get('nproc')} CPUs {m.get('cpu_model')}\n"
+                 f"{results['dataset']['backlog_records']:,} requests; "
+                 f"{m.get('nproc')} CPUs {m.get('cpu_model')}\n"
                  "blue: exactly-once; grey hatched: NOT exactly-once", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

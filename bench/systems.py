@@ -184,7 +184,8 @@ class FlinkSystem(System):
             "latest_checkpointed_size": latest.get("checkpointed_size"),
             "duration_ms_avg": e2e.get("avg"),
             "duration_ms_max": e2e.get("max"),
-            "restarts": next((float(m["value"]) for m in restarts or [] if m.get("id") == "numRestarts"), None),
+            "restarts": next((float(m["value"]) for m in restarts or [] if m.get("id") == "numRestarts"),
+                             None),
         }
 
     def stop(self) -> None:
@@ -278,7 +279,8 @@ class FlinkSql(FlinkSystem):
 
     def prepare(self, ctx: Context) -> None:
         p = self.prefix(ctx)
-        self.input_topic, self.accepted, self.duplicates = f"{p}.requests.json", f"{p}.accepted", f"{p}.duplicates"
+        self.input_topic = f"{p}.requests.json"
+        self.accepted, self.duplicates = f"{p}.accepted", f"{p}.duplicates"
         self.output_topics = [self.accepted, self.duplicates]
         kafka_io.create_topics({"bootstrap.servers": ctx.bootstrap},
                                [self.input_topic, *self.output_topics], ctx.partitions)
@@ -305,7 +307,25 @@ class FlinkSql(FlinkSystem):
 # -- Python peers ----------------------------------------------------------------------------
 
 
-class Quix(System):
+class PythonPeer(System):
+    """A peer process that writes ``ready`` once imported and configured, just before it consumes."""
+
+    work: Path
+
+    def ready_file(self) -> Path:
+        return self.work / "ready"
+
+    def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self.ready_file().exists():
+            if not self.alive():
+                raise RuntimeError(f"{self.key} exited during start-up:\n{self.failure()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.key}: not ready after {timeout_s:.0f} s")
+            time.sleep(0.05)
+
+
+class Quix(PythonPeer):
     def __init__(self) -> None:
         super().__init__("quix", "Quix Streams, RocksDB state", EXACTLY_ONCE)
         self.notes.append("state per message key (user id), TTL = window from the record timestamp")
@@ -313,16 +333,18 @@ class Quix(System):
     def start(self, ctx: Context) -> None:
         self.work = ctx.work / self.key
         self.work.mkdir(parents=True, exist_ok=True)
+        self.ready_file().unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "bench.peers.quix_app", "--bootstrap", ctx.bootstrap,
                "--input", self.input_topic, "--prefix", self.prefix(ctx), "--group", self.prefix(ctx),
-               "--state-dir", str(self.work / "state"), "--commit-interval-s", str(ctx.checkpoint_ms / 1000)]
+               "--state-dir", str(self.work / "state"), "--commit-interval-s", str(ctx.checkpoint_ms / 1000),
+               "--ready-file", str(self.ready_file())]
         self.procs = [Proc("quix", cmd, self.work / "quix.log")]
 
     def after_stop(self) -> dict[str, Any]:
         return {"state_bytes": dir_size(self.work / "state"), "state_source": "RocksDB files on disk"}
 
 
-class Loop(System):
+class Loop(PythonPeer):
     def __init__(self, store: str) -> None:
         if store == "redis":
             super().__init__("redis", "consumer loop + Redis SET NX", AT_LEAST_ONCE)
@@ -333,10 +355,11 @@ class Loop(System):
     def start(self, ctx: Context) -> None:
         self.work = ctx.work / self.key
         self.work.mkdir(parents=True, exist_ok=True)
+        self.ready_file().unlink(missing_ok=True)
         self.stats_file = self.work / "stats.json"
         cmd = [sys.executable, "-m", "bench.peers.loop", "--bootstrap", ctx.bootstrap, "--input",
                self.input_topic, "--prefix", self.prefix(ctx), "--group", self.prefix(ctx),
-               "--store", self.store, "--stats", str(self.stats_file)]
+               "--store", self.store, "--stats", str(self.stats_file), "--ready-file", str(self.ready_file())]
         if self.store == "redis":
             port = free_port()
             redis = Proc("redis-server", redis_command(port, self.work), self.work / "redis.log")
@@ -355,7 +378,8 @@ class Loop(System):
             stats = json.loads(self.stats_file.read_text())
         except (OSError, ValueError):
             return {}
-        source = "Redis used_memory growth" if self.store == "redis" else "sys.getsizeof of dict, entries, heap"
+        source = ("Redis used_memory growth" if self.store == "redis"
+                  else "sys.getsizeof of dict, entries, heap")
         return {"state_bytes": stats.get("state_bytes"), "state_source": source, "peer_stats": stats}
 
 

@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     for noisy in ("apache_beam", "py4j"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+        logging.getLogger(noisy).setLevel(logging.ERROR)
     try:
         cfg = load_settings(args.config)
         return int(args.func(cfg, args))

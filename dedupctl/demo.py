@@ -119,14 +119,18 @@ def run_demo(base: Settings, say: Callable[[str], None] = print, keep: bool = Fa
         produce_scenario(cfg, lambda _: wait_for_counts(cfg, before_barrier, 180), say)
         wait_for_counts(cfg, want, 120)
         print_summary(cfg, say)
+        from dedupctl.senders.demo import run_senders_demo
+
+        run_senders_demo(cfg, say)
     finally:
         if client is not None:
             try:
                 client.cancel().result()
+                time.sleep(2)  # let the job's Kafka clients close before the broker goes
             except Exception:  # noqa: BLE001 - the mini-cluster may be gone already
                 logger.debug("cancel failed", exc_info=True)
         broker.stop()
-        say("Stopped the job and the broker.")
+        say("Stopped the job, the senders and the broker.")
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
 

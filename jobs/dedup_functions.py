@@ -67,6 +67,8 @@ SHARDED_TYPE = Types.ROW_NAMED(
 #: In thread mode PyFlink pickles tuple and row state values anyway (and its array converter
 #: cannot read a missing map entry), so composite state values are declared as pickled bytes.
 _PICKLED = Types.PICKLED_BYTE_ARRAY()
+#: version of the filter snapshot layout; another version is rebuilt from the entries
+BLOOM_FORMAT = 2
 #: how far a shard's watermark advances before the new value is written to state
 WATERMARK_PERSIST_STEP_MS = 1_000
 
@@ -152,7 +154,7 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
         floor = self._floor_state.value()
         floor = NO_WATERMARK if floor is None else floor
         state = _Shard(bloom, int(meta.get("held", 0)), floor, floor, 0, set())
-        if meta.get("span") == self._o.bloom.span_ms:
+        if meta.get("span") == self._o.bloom.span_ms and meta.get("format") == BLOOM_FORMAT:
             for seg, data in self._bloom_segments.items():
                 bloom.load_segment(seg, data)
             for exp, key, fresh in self._log_new.get() or ():
@@ -190,7 +192,7 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
             self._bloom_segments.put(seg, state.bloom.save_segment(seg))
         state.dirty = set()
         state.pending = 0
-        self._meta.update({"span": self._o.bloom.span_ms, "held": state.held})
+        self._meta.update({"span": self._o.bloom.span_ms, "format": BLOOM_FORMAT, "held": state.held})
 
     def _watermark(self, state: _Shard, current: int) -> int:
         """The watermark, never lower than one this shard saw before a restore.

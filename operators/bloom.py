@@ -14,6 +14,7 @@ record on.
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass
 
 from rbloom import Bloom
@@ -47,60 +48,89 @@ class BloomConfig:
 
 
 class SegmentedBloom:
-    """Bloom segments keyed by ``expiry // span_ms``; items are stable 128-bit key hashes."""
+    """Bloom segments keyed by ``expiry // span_ms``; items are stable 128-bit key hashes.
+
+    A segment that receives more keys than it was sized for (a burst, a backfill) grows a
+    chain of filters instead of over-filling one, so the false-positive rate stays bounded by
+    the number of filters, never by how unevenly keys arrive.
+    """
 
     def __init__(self, cfg: BloomConfig) -> None:
         self._cfg = cfg
-        self._segments: dict[int, Bloom] = {}
+        self._segments: dict[int, list[Bloom]] = {}
+        self._last_count: dict[int, int] = {}
 
     def segment_id(self, expiry_ms: int) -> int:
         return expiry_ms // self._cfg.span_ms
 
-    def _new_segment(self) -> Bloom:
+    def _new_filter(self) -> Bloom:
         return Bloom(self._cfg.segment_capacity(), self._cfg.segment_fp_rate(), _identity)
 
     def add(self, key_hash: int, expiry_ms: int) -> int:
         """File a key under its expiry's segment; returns the segment id."""
         seg = self.segment_id(expiry_ms)
-        bloom = self._segments.get(seg)
-        if bloom is None:
-            bloom = self._segments[seg] = self._new_segment()
-        bloom.add(key_hash)
+        self.add_to_segment(seg, key_hash)
         return seg
 
     def add_to_segment(self, seg: int, key_hash: int) -> None:
-        bloom = self._segments.get(seg)
-        if bloom is None:
-            bloom = self._segments[seg] = self._new_segment()
-        bloom.add(key_hash)
+        chain = self._segments.get(seg)
+        if chain is None:
+            chain = self._segments[seg] = [self._new_filter()]
+            self._last_count[seg] = 0
+        elif self._last_count[seg] >= self._cfg.segment_capacity():
+            chain.append(self._new_filter())
+            self._last_count[seg] = 0
+        chain[-1].add(key_hash)
+        self._last_count[seg] += 1
 
     def might_contain(self, key_hash: int) -> bool:
-        return any(key_hash in bloom for bloom in self._segments.values())
+        for chain in self._segments.values():
+            for bloom in chain:
+                if key_hash in bloom:
+                    return True
+        return False
 
     def expire(self, watermark: int) -> list[int]:
         """Drop every segment whose keys have all expired by ``watermark``; returns their ids."""
         dead = [s for s in self._segments if (s + 1) * self._cfg.span_ms <= watermark]
         for seg in dead:
             del self._segments[seg]
+            del self._last_count[seg]
         return dead
 
     def segment_ids(self) -> list[int]:
         return sorted(self._segments)
 
     def save_segment(self, seg: int) -> bytes:
-        return bytes(self._segments[seg].save_bytes())
+        """One segment's chain as bytes: a count, then each filter's length and bytes."""
+        parts = [bytes(b.save_bytes()) for b in self._segments[seg]]
+        out = bytearray(struct.pack(">I", len(parts)))
+        for part in parts:
+            out += struct.pack(">Q", len(part)) + part
+        return bytes(out)
 
     def load_segment(self, seg: int, data: bytes) -> None:
-        self._segments[seg] = Bloom.load_bytes(data, _identity)
+        (count,), pos = struct.unpack_from(">I", data), 4
+        chain = []
+        for _ in range(count):
+            (length,) = struct.unpack_from(">Q", data, pos)
+            chain.append(Bloom.load_bytes(data[pos + 8:pos + 8 + length], _identity))
+            pos += 8 + length
+        self._segments[seg] = chain
+        self._last_count[seg] = round(chain[-1].approx_items) if chain else 0
+
+    def filters(self) -> int:
+        return sum(len(c) for c in self._segments.values())
 
     def size_bits(self) -> int:
-        return sum(b.size_in_bits for b in self._segments.values())
+        return sum(b.size_in_bits for c in self._segments.values() for b in c)
 
     def approx_items(self) -> float:
-        return sum(b.approx_items for b in self._segments.values())
+        return sum(b.approx_items for c in self._segments.values() for b in c)
 
     def fill_ratio(self) -> float:
-        """Items filed over the designed capacity of the live segments (0 when empty)."""
-        if not self._segments:
+        """Items filed over the designed capacity of the live filters (0 when empty)."""
+        filters = self.filters()
+        if not filters:
             return 0.0
-        return self.approx_items() / (len(self._segments) * self._cfg.segment_capacity())
+        return self.approx_items() / (filters * self._cfg.segment_capacity())

@@ -34,7 +34,7 @@ def accepted_outputs(req: NotificationRequest, dedup_key: str, topics: Topics) -
     base = req.to_avro()
     base["dedup_key"] = dedup_key
     user = req.user_id.encode("utf-8")
-    out = []
+    out: list[Out] = []
     for channel in req.channels:
         msg = dict(base, message_key=f"{dedup_key}:{channel.value}", channel=channel.value)
         out.append((topics.channel_topic(channel, req.priority), user, codec.encode("channel_message", msg)))

@@ -43,11 +43,13 @@ def statements(a: argparse.Namespace) -> tuple[list[str], list[str]]:
               message_key STRING, channel STRING, notification_id STRING, user_id STRING,
               template_id STRING, params STRING, channels ARRAY<STRING>, priority STRING,
               category STRING, event_time BIGINT, dedup_key STRING, dedup_ttl_sec BIGINT
-            ) WITH ({sink}, 'topic' = '{a.accepted}', 'sink.transactional-id-prefix' = '{a.txn_prefix}-a')""",
+            ) WITH ({sink}, 'topic' = '{a.accepted}',
+                    'sink.transactional-id-prefix' = '{a.txn_prefix}-a')""",
         f"""CREATE TABLE duplicates (
               notification_id STRING, dedup_key STRING, original_notification_id STRING,
               event_time BIGINT, occurrence BIGINT
-            ) WITH ({sink}, 'topic' = '{a.duplicates}', 'sink.transactional-id-prefix' = '{a.txn_prefix}-d')""",
+            ) WITH ({sink}, 'topic' = '{a.duplicates}',
+                    'sink.transactional-id-prefix' = '{a.txn_prefix}-d')""",
         """CREATE TEMPORARY VIEW keyed AS
              SELECT *, COALESCE(NULLIF(dedup_key, ''),
                       SUBSTRING(SHA256(CONCAT(user_id, '|', template_id, '|', params)) FROM 1 FOR 32)) AS k
@@ -57,7 +59,8 @@ def statements(a: argparse.Namespace) -> tuple[list[str], list[str]]:
                     event_time, dedup_ttl_sec, k,
                     COUNT(*) OVER w AS cnt, FIRST_VALUE(notification_id) OVER w AS first_id
              FROM keyed
-             WINDOW w AS (PARTITION BY k ORDER BY proc_time ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)""",
+             WINDOW w AS (PARTITION BY k ORDER BY proc_time
+                          ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)""",
     ]
     if a.variant == "rownumber":
         first = """(SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY proc_time) AS rn

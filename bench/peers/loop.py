@@ -19,6 +19,7 @@ import heapq
 import logging
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer
@@ -87,7 +88,7 @@ class RedisStore:
         import redis
 
         self.cfg = cfg
-        self.r = redis.Redis(host="127.0.0.1", port=port)
+        self.r: Any = redis.Redis(host="127.0.0.1", port=port)
         self.r.ping()
         self.baseline = int(self.r.info("memory")["used_memory"])
 
@@ -140,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--redis-port", type=int)
     p.add_argument("--stats", help="JSON file the counts and state size are written to")
     p.add_argument("--batch", type=int, default=2000)
+    p.add_argument("--ready-file", help="written once the loop is about to consume")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
@@ -162,10 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     })
     consumer.subscribe([args.input])
     stop = stop_on_sigterm()
+    if args.ready_file:
+        Path(args.ready_file).write_text("ready")
     processed = duplicates = 0
     last_stats = time.monotonic()
     while not stop.is_set():
-        msgs = consumer.consume(args.batch, 0.1)
+        # consume() waits for its whole timeout unless the batch fills: a short one keeps latency low
+        msgs = consumer.consume(args.batch, 0.01)
         batch: Batch = []
         for m in msgs:
             if m.error() is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from quixstreams import Application, State
@@ -46,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--group", required=True)
     p.add_argument("--state-dir", required=True)
     p.add_argument("--commit-interval-s", type=float, default=2.0)
+    p.add_argument("--ready-file", help="written once the application is about to run")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
@@ -80,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     sdf = app.dataframe(source)
     sdf = sdf.apply(decide, stateful=True, expand=True)
     sdf.to_topic(lambda value, _key, _ts, _headers: outputs[value[0]], key=lambda value: value[1])
+    if args.ready_file:
+        Path(args.ready_file).write_text("ready")
     app.run()
     return 0
 

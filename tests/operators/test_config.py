@@ -298,18 +298,23 @@ def test_bloom_span_is_whole_seconds(default_window_sec: int, segments: int, key
         shards=shards,
     )
     bloom = dedup.bloom_config()
-    assert bloom.span_ms % 1_000 == 0
+    grain = dedup.eviction_grain_ms()
+    assert grain % 1_000 == 0 and 1_000 <= grain <= 3_600_000
+    # whole eviction grains, so a segment is only dropped once every key in it was evicted
+    assert bloom.span_ms % grain == 0
     assert bloom.span_ms >= 1_000
-    # the segments cover the default window (to within one second per segment)
-    assert bloom.span_ms * segments <= max(default_window_sec, segments) * 1_000
-    assert bloom.span_ms * segments > (default_window_sec - segments) * 1_000
+    # the segments cover the default window, rounded up to the grain
+    assert bloom.span_ms * segments >= default_window_sec * 1_000
+    assert bloom.span_ms < max(default_window_sec * 1_000 / segments, 1_000) + grain
     assert bloom.expected_keys == max(1, keys // shards)
     assert bloom.segments_per_window == segments
 
 
 def test_bloom_config_defaults() -> None:
-    bloom = DedupSettings().bloom_config()
-    assert bloom.span_ms == 7 * DAY_MS // 4
+    dedup = DedupSettings()
+    bloom = dedup.bloom_config()
+    assert dedup.eviction_grain_ms() == 604_800 // 256 * 1000  # 39 min 22 s: 1/256 of 7 days
+    assert bloom.span_ms == 65 * dedup.eviction_grain_ms()  # 42 h 38 min >= 7 days / 4
     assert bloom.expected_keys == 1_000_000 // 128
     assert bloom.fp_rate == 0.01
 

@@ -1,0 +1,182 @@
+"""Smoke test of the benchmark harness (bench/): its parsers, checks and one peer end to end.
+
+The whole `make bench` takes minutes; this checks the pieces it is built from, and runs the
+in-memory peer through the real sequence (load, watch, latency phase, exactness) on the test
+broker with a tiny dataset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from bench import report
+from bench.dataset import DatasetSpec, build
+from bench.measure import (
+    ProcSampler,
+    compare,
+    parse_channel_message,
+    parse_duplicate_notice,
+    sustained_rate,
+)
+from bench.peers.common import accepted_outputs, duplicate_output, prefixed_topics
+from bench.peers.loop import MemoryStore, RedisStore
+from dedupctl.config import REPO_ROOT, Settings
+from dedupctl.streamgen import StreamSpec, generate
+from operators import codec
+from operators.dedup_key import resolve_dedup_key
+from operators.records import Channel, NotificationRequest, Priority
+
+pytestmark = pytest.mark.integration
+
+REQ = NotificationRequest(
+    notification_id="n1", user_id="u1", template_id="otp", channels=(Channel.SMS, Channel.EMAIL),
+    event_time=1_796_115_600_000, params={"code": "1234", "é": "ü"}, priority=Priority.HIGH,
+)
+
+
+def test_fast_parsers_read_what_the_codec_writes() -> None:
+    topics = prefixed_topics("x", "x.requests")
+    key = resolve_dedup_key(REQ)
+    outs = accepted_outputs(REQ, key, topics)
+    assert [t for t, _, _ in outs] == [topics.sms_priority, topics.email_priority]
+    for (_, _, value), channel in zip(outs, ("sms", "email"), strict=True):
+        assert codec.decode("channel_message", value)["channel"] == channel
+        assert parse_channel_message(value, "priority") == ("a", "n1", channel, "priority")
+    _, dkey, notice = duplicate_output(REQ, key, "n0", 5, 2, topics)
+    assert dkey == key.encode()
+    assert codec.decode("duplicate_notice", notice)["occurrence"] == 2
+    assert parse_duplicate_notice(notice) == ("d", "n1", "n0")
+
+
+def test_compare_finds_missing_unexpected_and_twice() -> None:
+    want = Counter({("a", "n1", "sms", "normal"): 1, ("d", "n2", "n1"): 1})
+    assert compare(want, Counter(want)).exact
+    got = Counter({("a", "n1", "sms", "normal"): 2, ("x", "late", "..."): 1})
+    ex = compare(want, got)
+    assert (ex.exact, ex.missing, ex.unexpected, ex.twice) == (False, 1, 2, 1)
+
+
+def test_sustained_rate_bursty_and_continuous() -> None:
+    # commits every 2 s of 2,000 outputs: 1,000 outputs/s, whatever the first and last bursts hold
+    bursts = [(10.0, 500), (12.0, 2000), (14.0, 2000), (16.0, 2000), (18.0, 300)]
+    r = sustained_rate(bursts, 6800, 6800, bursty=True)
+    assert r["rate"] == pytest.approx(1000.0) and r["bursts"] == 5
+    steady = [(10 + i * 0.05, 50) for i in range(200)]  # 1,000 outputs/s, continuously
+    r = sustained_rate(steady, 10_000, 5_000, bursty=False)
+    assert r["rate"] == pytest.approx(500.0, rel=0.02)
+    assert sustained_rate(steady, 20_000, 10_000, bursty=False)["rate"] is None  # never completed
+
+
+def test_dataset_expected_output_and_json_copy() -> None:
+    ds = build(DatasetSpec(backlog=2000, live_pool=500, param_bytes=240))
+    assert len(ds) == 2500 and ds.outputs_cum[-1] == sum(map(len, ds.expected))
+    summary = ds.summary()
+    assert 250 < summary["backlog_duplicates"] < 550
+    assert 280 < summary["mean_avro_bytes"] < 330
+    for i in range(0, 2500, 97):
+        rec = json.loads(ds.json[i])
+        req = codec.decode_request(ds.avro[i])
+        assert rec["notification_id"] == req.notification_id == ds.nids[i]
+        # the Flink SQL peer derives the key as COALESCE(NULLIF(dedup_key, ''), SHA256(...)[1..32])
+        derived = rec["dedup_key"] or hashlib.sha256(
+            f"{rec['user_id']}|{rec['template_id']}|{rec['params']}".encode()).hexdigest()[:32]
+        assert derived == resolve_dedup_key(req)
+
+
+def test_memory_store_follows_the_reference_with_mixed_windows() -> None:
+    stream = generate(StreamSpec(requests=3000, late_share=0.0, invalid_share=0.0, step_ms=200, seed=3))
+    cfg = Settings().dedup.window_config()
+    store = MemoryStore(cfg)
+    reqs = [r.request for r in stream.records if r.request is not None]
+    got = store.decide([(q, resolve_dedup_key(q)) for q in reqs])
+    want = stream.outcomes(cfg)
+    assert [v is None for v in got] == [o.verdict == "new" for o in want]
+    assert [v[0] for v in got if v] == [o.original_notification_id for o in want if o.verdict == "duplicate"]
+    assert store.evicted > 0  # the short windows were evicted on the way
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed")
+def test_redis_store_set_nx_get(tmp_path: Path) -> None:
+    pytest.importorskip("redis")
+    from dedupctl.demo import free_port
+
+    port = free_port()
+    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                               "--dir", str(tmp_path)], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                store = RedisStore(Settings().dedup.window_config(), port)
+                break
+            except Exception:  # noqa: BLE001 - not listening yet
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        a = NotificationRequest("a", "u", "t", (Channel.PUSH,), 1000, dedup_key="k")
+        b = NotificationRequest("b", "u", "t", (Channel.PUSH,), 1500, dedup_key="k")
+        c = NotificationRequest("c", "u", "t", (Channel.PUSH,), 2000, dedup_key="k")
+        assert store.decide([(a, "k"), (b, "k")]) == [None, ("a", 1000, 2)]
+        assert store.decide([(c, "k")]) == [("a", 1000, 3)]
+        assert store.stats()["state_bytes"] > 0
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def test_flink_sql_peer_plans_a_deduplication() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.peers.flink_sql", "--bootstrap", "127.0.0.1:1", "--input", "i",
+         "--accepted", "a", "--duplicates", "d", "--group", "g", "--txn-prefix", "t",
+         "--checkpoint-dir", "/tmp/unused", "--rest-port", "1", "--explain"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    plan = out.stdout.split("== Optimized Execution Plan ==")[-1]
+    assert "Deduplicate(keep=[FirstRow], key=[k], order=[PROCTIME]" in plan
+    assert "OverAggregate(partitionBy=[k]" in plan
+
+
+def test_memory_peer_end_to_end(kafka_bootstrap: str, tmp_path: Path) -> None:
+    from bench.run import latency_floor, run_system
+    from bench.systems import Context, make
+
+    ds = build(DatasetSpec(backlog=3000, live_pool=1000, partitions=2, param_bytes=240))
+    ctx = Context(bootstrap=kafka_bootstrap, work=tmp_path, run_id=f"t{time.monotonic_ns() % 10**6}",
+                  partitions=2, checkpoint_ms=500)
+    args = argparse.Namespace(backlog_timeout_s=60.0, max_live_rate=500, live_fraction=0.8, live_s=2.0,
+                              live_pool=1000)
+    sampler = ProcSampler()
+    sampler.start()
+    try:
+        floor = latency_floor(ctx, ds, rate=500, seconds=1)
+        r = run_system(make("memory", 1, "rownumber"), ctx, ds, args, sampler)
+    finally:
+        sampler.stop()
+    assert floor["seen"] == floor["requests"] == 500
+    assert r["status"] == "ok", r.get("error")
+    assert r["exactness"]["exact"], r["exactness"]
+    assert r["exactness"]["requests"] == 3000 + r["latency"]["requests"]
+    assert r["latency"]["seen"] == r["latency"]["requests"] > 0
+    assert r["latency"]["p50_ms"] is not None and r["backlog"]["with_startup_rps"] > 0
+    assert r["state"]["keys"] == ds.new_cum[r["exactness"]["requests"]]
+    results = {
+        "started_at": "now", "mode": "test", "command": "pytest", "checkpoint_ms": 500, "live_s": 2.0,
+        "max_live_rate": 500,
+        "machine": {"nproc": 2, "loadavg_at_start": [0, 0, 0], "loadavg_at_end": [0, 0, 0]},
+        "dataset": ds.summary(), "latency_floor": floor, "systems": [r],
+    }
+    table = report.markdown(results)
+    assert "consumer loop + Python dict" in table and "| yes |" in table
+    if report.chart(results, tmp_path / "chart.png"):
+        assert (tmp_path / "chart.png").stat().st_size > 10_000
