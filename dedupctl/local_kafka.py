@@ -125,9 +125,9 @@ class LocalBroker:
         classpath = f"{KAFKA_JARS}/*"
         if not (self.home / "data" / "meta.properties").exists():
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-            subprocess.run(
+            subprocess.run(  # "=": an id may start with "-", which would read as an option
                 ["java", "-cp", classpath, "kafka.tools.StorageTool", "format",
-                 "-t", cluster_id, "-c", str(config)],
+                 f"--cluster-id={cluster_id}", "-c", str(config)],
                 check=True, capture_output=True, timeout=120,
             )
         log4j = self.home / "log4j2.properties"
