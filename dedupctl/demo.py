@@ -37,7 +37,7 @@ def demo_settings(base: Settings, bootstrap: str, work: Path) -> Settings:
 
 
 def produce_scenario(
-    cfg: Settings, wait_visible: Callable[[int], None], say: Callable[[str], None]
+    cfg: Settings, wait_visible: Callable[[int], object], say: Callable[[str], None]
 ) -> None:
     """Produce the scenario's steps; before a barrier, wait until all earlier output is visible."""
     prod = kafka_io.producer(cfg.kafka.client_config())

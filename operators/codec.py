@@ -6,7 +6,7 @@ import io
 import json
 import os
 from collections.abc import Mapping
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ SCHEMA_FILES = {
 _REQUIRED_TEXT = ("notification_id", "user_id", "template_id")
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_schema(stem: str, schemas_dir: str = str(SCHEMAS_DIR)) -> Any:
     """Parse ``schemas/<stem>.avsc``; LateNotice nests NotificationRequest, so that comes first."""
     named: dict[str, Any] = {}
@@ -70,7 +70,7 @@ def decode(stem: str, raw: bytes) -> Any:
     return record
 
 
-@lru_cache(maxsize=None)
+@cache
 def _expanded(stem: str) -> Any:
     """The schema with every named type written out in place (no references left)."""
     named: dict[str, Any] = {}

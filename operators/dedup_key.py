@@ -20,7 +20,7 @@ def canonical_json(params: Mapping[str, str]) -> bytes:
 def derive_dedup_key(user_id: str, template_id: str, params: Mapping[str, str]) -> str:
     """First 32 hex chars of sha256(user_id | template_id | canonical_json(params))."""
     digest = hashlib.sha256()
-    digest.update(f"{user_id}|{template_id}|".encode("utf-8"))
+    digest.update(f"{user_id}|{template_id}|".encode())
     digest.update(canonical_json(params))
     return digest.hexdigest()[:DERIVED_KEY_HEX_CHARS]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -268,8 +268,8 @@ def _frozen(value: Any) -> Any:
 
 
 def diff_records(
-    expected: Mapping[str, list[Mapping[str, Any]]],
-    actual: Mapping[str, list[Mapping[str, Any]]],
+    expected: Mapping[str, Sequence[Mapping[str, Any]]],
+    actual: Mapping[str, Sequence[Mapping[str, Any]]],
     topics: Topics,
 ) -> list[str]:
     """Differences between two topic -> records maps, ignoring order and LateNotice reasons.

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from dedupctl import kafka_io
 from dedupctl.config import Settings
 from dedupctl.demo import free_port
 from dedupctl.local_kafka import LocalBroker
-from dedupctl import kafka_io
 from operators.routing import Topics
 
 

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from dedupctl.runner import RestClient
-from operators.records import Channel, NotificationRequest
 from operators import codec
+from operators.records import Channel, NotificationRequest
 from tests.pipeline.helpers import produce, read_outputs, wait_for_total
 
 pytestmark = pytest.mark.integration

@@ -11,11 +11,10 @@ import time
 
 import pytest
 
-from tests.fixtures.make_savepoint import FIXTURE_DIR, fixture_batch, fixture_topics, produce_batch
-from operators import codec
-from operators.records import Channel, NotificationRequest
-from tests.pipeline.helpers import read_outputs, wait_for_total
 from dedupctl import kafka_io
+from operators.records import Channel, NotificationRequest
+from tests.fixtures.make_savepoint import FIXTURE_DIR, fixture_batch, fixture_topics, produce_batch
+from tests.pipeline.helpers import read_outputs, wait_for_total
 
 pytestmark = pytest.mark.integration
 

@@ -73,10 +73,8 @@ def test_2xx_is_sent_with_the_message_key_as_idempotency_key(server: FakeHttpPro
     assert metrics.value("provider_calls_total", provider="sms-a", outcome="sent") == 1
 
 
-@pytest.mark.parametrize(
-    ("to", "status"), [("throttled", 429), ("broken", 500), ("unavailable", 503), ("unauthorized", 401)]
-)
-def test_429_5xx_and_auth_failures_are_transient(server: FakeHttpProvider, to: str, status: int) -> None:
+@pytest.mark.parametrize(("to", "status"), [("throttled", 429), ("broken", 500), ("unavailable", 503)])
+def test_429_and_5xx_are_transient(server: FakeHttpProvider, to: str, status: int) -> None:
     provider = HttpProvider(name="sms-a", url=server.url, timeout_s=0.5)
     with pytest.raises(ProviderRetryableError) as err:
         _send(provider, to)
@@ -199,3 +197,11 @@ def test_smtp_4xx_and_connection_failures_are_transient(smtp_server: tuple[_Hand
         _smtp(_closed_port()).send(
             to="ann@example.com", message_key="dk5:email", channel=Channel.EMAIL, template_id="t", params={}
         )
+
+
+def test_auth_failures_are_permanent_but_keep_the_address(server: FakeHttpProvider) -> None:
+    provider = HttpProvider(name="sms-a", url=server.url, timeout_s=0.5)
+    with pytest.raises(ProviderPermanentError) as err:
+        _send(provider, "unauthorized")
+    assert err.value.status_code == 401
+    assert err.value.deactivate_address is False

@@ -17,10 +17,12 @@ from operators.senders.errors import ProviderPermanentError, ProviderRetryableEr
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
-#: 4xx replies that are our fault or the provider's momentary state, not the address's: retried
-RETRYABLE_4XX = frozenset({401, 403, 407, 408, 425, 429})
-#: 4xx replies about the message rather than the address: dead-lettered, address kept active
-MESSAGE_4XX = frozenset({413, 415})
+#: the one 4xx that is retried (the contract: 2xx sent, 429/5xx/timeout transient, other 4xx
+#: permanent)
+RETRYABLE_4XX = frozenset({429})
+#: permanent 4xx replies that are not about the address (our credentials, the request, the
+#: message): dead-lettered, but the address stays active, so a bad API key cannot silence users
+MESSAGE_4XX = frozenset({401, 403, 407, 408, 413, 415, 425})
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +58,9 @@ class HttpProvider(Provider):
     """``POST <url>`` with ``{"message_key", "channel", "to", "template_id", "params"}``.
 
     2xx: sent (``id`` of a JSON reply is the reference). 429, 5xx, a timeout or a connection
-    error: transient (Retry-After honoured). 401/403/407/408/425 too: a rejected credential is
-    ours to fix, and must not deactivate every address it meets. 413/415: permanent, address kept.
-    Any other 4xx: permanent, and the address is deactivated.
+    error: transient (Retry-After honoured). Any other 4xx: permanent. 401/403/407/408/413/415/425
+    do not blame the address (a rejected credential must not deactivate every address it meets):
+    dead-lettered with the address kept active; the rest deactivate the address.
     """
 
     def __init__(
