@@ -84,7 +84,8 @@ def main() -> None:
         rest = RestClient(f"http://127.0.0.1:{cfg1.flink.rest_port}")
         # the first minute after the restore: new users' requests and repeats of earlier ones
         repeats = first.records[-args.rate * 12:]
-        records = [r for pair in zip(after.records, repeats + after.records, strict=False) for r in pair][: args.rate * 60]
+        pairs = zip(after.records, repeats + after.records, strict=False)
+        records = [r for pair in pairs for r in pair][: args.rate * 60]
         start = time.monotonic()
         for i in range(0, len(records), args.rate // 10):
             kafka_io.produce_all(prod, topics.requests, [(r.key, r.value) for r in records[i:i + args.rate // 10]])
