@@ -48,7 +48,7 @@ from bench.measure import (
     percentile,
     sustained_rate,
 )
-from bench.systems import ALL, Context, System, ensure_redis_server, make
+from bench.systems import ALL, QUICK, Context, System, ensure_redis_server, make
 from dedupctl import kafka_io
 from dedupctl.config import REPO_ROOT
 from dedupctl.demo import free_port
@@ -58,8 +58,8 @@ logger = logging.getLogger("bench")
 
 MODES: dict[str, dict[str, Any]] = {
     # quick: checks the harness and gives rough numbers in under 5 minutes
-    "quick": {"backlog": 50_000, "live_s": 6.0, "max_live_rate": 15_000, "backlog_timeout_s": 120.0},
-    "full": {"backlog": 600_000, "live_s": 30.0, "max_live_rate": 40_000, "backlog_timeout_s": 1800.0},
+    "quick": {"backlog": 40_000, "live_s": 5.0, "max_live_rate": 10_000, "backlog_timeout_s": 120.0},
+    "full": {"backlog": 600_000, "live_s": 30.0, "max_live_rate": 25_000, "backlog_timeout_s": 1800.0},
 }
 
 _T0 = time.monotonic()
@@ -196,8 +196,9 @@ def run_system(system: System, ctx: Context, ds: Dataset, args: argparse.Namespa
             }
             if not complete:
                 r["status"] = "latency phase incomplete"
-        time.sleep(ctx.checkpoint_ms / 1000 + 1.5)  # anything extra would be visible by now
+        settled = time.monotonic() + ctx.checkpoint_ms / 1000 + 1.5  # anything extra is visible by then
         r["system_metrics"] = system.metrics(n + live_count)
+        time.sleep(max(0.0, settled - time.monotonic()))
         sampler.mark(key, "end")
         for group in ("broker", "harness"):
             sampler.mark(group, f"{key}:end")
@@ -269,9 +270,10 @@ def _fmt(v: float | None) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="notify-dedup against its peers, side by side")
+    p = argparse.ArgumentParser(prog="python -m bench.run", description="notify-dedup against its peers, side by side")
     p.add_argument("--quick", action="store_true", help="small dataset, short phases (under 5 minutes)")
-    p.add_argument("--systems", default=",".join(ALL), help=f"comma-separated subset of {','.join(ALL)}")
+    p.add_argument("--systems", help=f"comma-separated subset of {','.join(ALL)} "
+                   f"(default: all; quick: {','.join(QUICK)})")
     p.add_argument("--backlog", type=int, help="requests loaded before each system starts")
     p.add_argument("--live-s", type=float, help="length of the latency phase")
     p.add_argument("--max-live-rate", type=int, help="cap of the latency phase's produce rate")
@@ -285,13 +287,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--param-bytes", type=int, default=240, help="240: about 300-byte Avro requests")
     p.add_argument("--ttl-mix", action="store_true",
                    help="per-request windows of 2 s .. 1 h instead of 7 days (see bench/dataset.py)")
-    p.add_argument("--sql-parallelism", type=int, default=1)
     p.add_argument("--sql-variant", choices=("rownumber", "over"), default="rownumber")
     p.add_argument("--work", help="working directory (default: a fresh temporary one, removed after)")
     p.add_argument("--keep-work", action="store_true", help="keep logs, checkpoints and broker data")
     p.add_argument("--results-dir", default=str(report.RESULTS_DIR))
     args = p.parse_args(argv)
     args.mode = "quick" if args.quick else "full"
+    if args.systems is None:
+        args.systems = ",".join(QUICK if args.quick else ALL)
     for name, value in MODES[args.mode].items():
         if getattr(args, name, None) is None:
             setattr(args, name, value)
@@ -304,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     started = dt.datetime.now().astimezone()
     keys = [k.strip() for k in args.systems.split(",") if k.strip()]
-    systems = [make(k, args.sql_parallelism, args.sql_variant) for k in keys]
+    systems = [make(k, args.sql_variant) for k in keys]
     results: dict[str, Any] = {
         "started_at": started.isoformat(timespec="seconds"), "mode": args.mode,
         "command": " ".join(shlex.quote(a) for a in

@@ -176,6 +176,7 @@ class FlinkSystem(System):
         except JobControlError as exc:
             return {"error": str(exc)}
         latest = (cps.get("latest") or {}).get("completed") or {}
+        failed = (cps.get("latest") or {}).get("failed") or {}
         e2e = (cps.get("summary") or {}).get("end_to_end_duration") or {}
         return {
             "completed": (cps.get("counts") or {}).get("completed"),
@@ -184,6 +185,7 @@ class FlinkSystem(System):
             "latest_checkpointed_size": latest.get("checkpointed_size"),
             "duration_ms_avg": e2e.get("avg"),
             "duration_ms_max": e2e.get("max"),
+            "latest_failure": (failed.get("failure_message") or "")[:300] or None,
             "restarts": next((float(m["value"]) for m in restarts or [] if m.get("id") == "numRestarts"),
                              None),
         }
@@ -431,18 +433,17 @@ def ensure_redis_server(say: Any) -> str | None:
     return found
 
 
-ALL = ("job-p1", "job-p2", "quix", "flink-sql", "redis", "memory")
+ALL = ("job-p1", "job-p2", "quix", "flink-sql-p1", "flink-sql-p2", "redis", "memory")
+QUICK = ("job-p1", "job-p2", "quix", "flink-sql-p1", "redis", "memory")
 
 
-def make(key: str, sql_parallelism: int, sql_variant: str) -> System:
-    if key == "job-p1":
-        return DedupJob(1)
-    if key == "job-p2":
-        return DedupJob(2)
+def make(key: str, sql_variant: str = "rownumber") -> System:
+    if key in ("job-p1", "job-p2"):
+        return DedupJob(int(key[-1]))
     if key == "quix":
         return Quix()
-    if key == "flink-sql":
-        return FlinkSql(sql_parallelism, sql_variant)
+    if key in ("flink-sql-p1", "flink-sql-p2"):
+        return FlinkSql(int(key[-1]), sql_variant)
     if key in ("redis", "memory"):
         return Loop(key)
     raise ValueError(f"unknown system {key!r}; one of {', '.join(ALL)}")

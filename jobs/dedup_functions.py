@@ -69,8 +69,15 @@ SHARDED_TYPE = Types.ROW_NAMED(
 _PICKLED = Types.PICKLED_BYTE_ARRAY()
 #: version of the filter snapshot layout; another version is rebuilt from the entries
 BLOOM_FORMAT = 2
+#: records between two refreshes of the level metrics
+LEVELS_EVERY = 1_000
 #: how far a shard's watermark advances before the new value is written to state
 WATERMARK_PERSIST_STEP_MS = 1_000
+
+#: levels, not counts. Reported through counters set to the current value: in thread mode Flink
+#: reads a Python gauge from its metrics thread, and calling into the embedded interpreter from
+#: there crashed the JVM (SIGSEGV in _PyEval_EvalFrameDefault, seen under the chaos run).
+LEVELS = ("keys_held", "bloom_keys_estimate", "bloom_bits", "bloom_fill_ratio_pct", "newest_event_time")
 
 COUNTERS = (
     "accepted", "duplicates", "late", "invalid", "state_reads", "state_reads_skipped",
@@ -93,6 +100,23 @@ class DedupOptions:
     eviction_grain_ms: int
     fold_every: int
     max_future_ms: int
+
+
+class _Level:
+    """A value shown through a Flink counter: ``set`` moves the counter to it."""
+
+    def __init__(self, counter: Any) -> None:
+        self._counter = counter
+        self._value = 0
+
+    def set(self, value: int) -> None:
+        if value != self._value:
+            self._counter.inc(value - self._value)
+            self._value = value
+
+    def add(self, delta: int) -> None:
+        self._counter.inc(delta)
+        self._value += delta
 
 
 @dataclass
@@ -131,17 +155,22 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
         group = ctx.get_metrics_group()
         self._c = {name: group.counter(name) for name in COUNTERS}
         self._emitted = {t: group.add_group("topic", t).counter("emitted") for t in self._o.topics.outputs()}
-        shards = self._shards
-        group.gauge("keys_held", lambda: sum(s.held for s in shards.values()))
-        group.gauge("bloom_keys_estimate", lambda: int(sum(s.bloom.approx_items() for s in shards.values())))
-        group.gauge("bloom_bits", lambda: sum(s.bloom.size_bits() for s in shards.values()))
-        group.gauge("bloom_fill_ratio_pct", lambda: int(100 * self._fill_ratio()))
-        group.gauge("newest_event_time", lambda: self._newest_event_time)
+        self._levels = {name: _Level(group.counter(name)) for name in LEVELS}
+        self._since_levels = 0
 
     def _fill_ratio(self) -> float:
         if not self._shards:
             return 0.0
         return sum(s.bloom.fill_ratio() for s in self._shards.values()) / len(self._shards)
+
+    def _report_levels(self) -> None:
+        shards = self._shards.values()
+        self._levels["keys_held"].set(sum(s.held for s in shards))  # also kept current below
+        self._levels["bloom_keys_estimate"].set(int(sum(s.bloom.approx_items() for s in shards)))
+        self._levels["bloom_bits"].set(sum(s.bloom.size_bits() for s in shards))
+        self._levels["bloom_fill_ratio_pct"].set(int(100 * self._fill_ratio()))
+        self._levels["newest_event_time"].set(self._newest_event_time)
+        self._since_levels = 0
 
     # -- a shard's memory, from state ------------------------------------------------------------
 
@@ -174,6 +203,7 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
             state.dirty = set(bloom.segment_ids())
             self._snapshot(state)
         self._shards[shard] = state
+        self._levels["keys_held"].add(state.held)
         return state
 
     def _fold(self, state: _Shard) -> None:
@@ -228,9 +258,13 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
             return
         shard = _current_shard(ctx)
         state = self._shard(shard, ctx)
+        self._since_levels += 1
+        if self._since_levels >= LEVELS_EVERY:
+            self._report_levels()
         watermark = self._watermark(state, ctx.timer_service().current_watermark())
         if req.event_time > self._newest_event_time:
             self._newest_event_time = req.event_time
+            self._levels["newest_event_time"].set(req.event_time)
         if is_late(req.event_time, watermark, opts.window) and opts.window.late_policy == LatePolicy.SIDE_OUTPUT:
             self._c["late"].inc()
             reason = (
@@ -278,7 +312,9 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
         """File a newly accepted key: Bloom filter, log, eviction timer."""
         state.dirty.add(state.bloom.add(hashed, exp))
         self._log_new.add((exp, key, int(fresh)))
-        state.held += int(fresh)
+        if fresh:
+            state.held += 1
+            self._levels["keys_held"].add(1)
         state.pending += 1
         self._schedule(ctx, shard, exp)
         if state.pending >= self._o.fold_every:
@@ -315,10 +351,12 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
                 self._entries.remove(key)
                 self._c["evicted"].inc()
                 state.held -= 1
+                self._levels["keys_held"].add(-1)
         self._log_old.update(list(survivors.values()))
         self._log_new.clear()
         state.bloom.expire(timestamp)
         self._snapshot(state)
+        self._report_levels()
         return iter(())
 
 

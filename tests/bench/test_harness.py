@@ -160,7 +160,7 @@ def test_memory_peer_end_to_end(kafka_bootstrap: str, tmp_path: Path) -> None:
     sampler.start()
     try:
         floor = latency_floor(ctx, ds, rate=500, seconds=1)
-        r = run_system(make("memory", 1, "rownumber"), ctx, ds, args, sampler)
+        r = run_system(make("memory"), ctx, ds, args, sampler)
     finally:
         sampler.stop()
     assert floor["seen"] == floor["requests"] == 500
