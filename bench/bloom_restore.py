@@ -71,7 +71,7 @@ def main() -> None:
         spec = StreamSpec(requests=args.requests, partitions=4, seed=3, late_share=0, invalid_share=0,
                           step_ms=2, param_bytes=200)
         first = generate(spec)
-        after = generate(dataclasses.replace(spec, requests=args.rate * 60, seed=4))
+        after = generate(dataclasses.replace(spec, requests=args.rate * 60, seed=4, id_prefix="r"))
         prod = kafka_io.producer(cfg.kafka.client_config())
         kafka_io.produce_all(prod, topics.requests, [(r.key, r.value) for r in first.records])
         client = run_job(cfg, detached=True)

@@ -9,9 +9,10 @@ it, so the expected output of any prefix is the prefix of the expected output.
 
 By default every request gets the default window (7 days, ``ttl_choices=(None,)``): over a
 stream that spans minutes of event time the rule then reduces to "the first request of a key
-wins", which every peer can express (Redis ``EX`` and Flink SQL state TTL count processing time,
-so they cannot express per-request windows of seconds in event time). ``ttl_mix=True`` uses the
-generator's mix of 2 s .. 1 h windows instead; those peers are then expected to differ.
+wins", which every peer can express (Flink SQL's deduplication keeps the first row for as long as
+its processing-time state TTL, so it cannot express per-request windows of seconds in event
+time). ``ttl_mix=True`` uses the generator's mix of 2 s .. 1 h windows instead; the SQL peer is
+then expected to differ.
 """
 
 from __future__ import annotations

@@ -189,13 +189,25 @@ class OutputWatcher(threading.Thread):
         self._stop_event.set()
         self.join(30)
 
-    def wait_for(self, count: int, timeout_s: float, alive: Callable[[], bool] = lambda: True) -> bool:
+    def wait_for(self, count: int, timeout_s: float, alive: Callable[[], bool] = lambda: True,
+                 idle_s: float | None = None) -> str:
+        """Until ``count`` records were read: "complete"; or why not: "idle" (output of this wait
+        started and then stopped for ``idle_s``: a system whose output differs from the model),
+        "timeout", "died" (``alive()`` false), "watcher failed"."""
+        start_count = self.count
         deadline = time.monotonic() + timeout_s
         while self.count < count:
-            if time.monotonic() > deadline or self.error or not alive():
-                return False
+            now = time.monotonic()
+            if self.error:
+                return "watcher failed"
+            if not alive():
+                return "died"
+            if now > deadline:
+                return "timeout"
+            if idle_s is not None and self.count > start_count and now - self.batches[-1][0] > idle_s:
+                return "idle"
             time.sleep(0.02)
-        return True
+        return "complete"
 
     def first_time(self) -> float | None:
         return self.batches[0][0] if self.batches else None

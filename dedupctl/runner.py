@@ -95,12 +95,24 @@ class RestClient:
         return str(jobs[0]["jid"])
 
     def stop_with_savepoint(self, job_id: str, target_dir: str, timeout_s: float = 300.0) -> str:
-        """POST /jobs/:id/stop and wait; returns the savepoint's location."""
+        """POST /jobs/:id/stop and wait; returns the savepoint's location.
+
+        On the local mini-cluster the REST server goes away with the job (``dedupctl run``
+        returns once its job has stopped), sometimes before the completed status can be read:
+        then the savepoint is looked for where Flink writes it, ``savepoint-<job id[:6]>-*``.
+        """
         trigger = self.call("POST", f"/jobs/{job_id}/stop", {"targetDirectory": target_dir, "drain": False})
         request_id = trigger["request-id"]
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            status = self.call("GET", f"/jobs/{job_id}/savepoints/{request_id}")
+            try:
+                status = self.call("GET", f"/jobs/{job_id}/savepoints/{request_id}")
+            except JobControlError:
+                found = _written_savepoint(target_dir, job_id)
+                if found is not None:
+                    return found
+                time.sleep(0.5)
+                continue
             if status["status"]["id"] == "COMPLETED":
                 op = status.get("operation", {})
                 if "failure-cause" in op:
@@ -127,3 +139,12 @@ class RestClient:
                 if name in totals and "sum" in metric:
                     totals[name] += float(metric["sum"])
         return totals
+
+
+def _written_savepoint(target_dir: str, job_id: str) -> str | None:
+    """The newest complete savepoint of ``job_id`` in a local ``target_dir``, as a URI."""
+    base = Path(target_dir.removeprefix("file:").removeprefix("//"))
+    done = [p.parent for p in base.glob(f"savepoint-{job_id[:6]}-*/_metadata")]
+    if not done:
+        return None
+    return "file:" + str(max(done, key=lambda p: p.stat().st_mtime_ns))

@@ -41,6 +41,7 @@ class StreamSpec:
     :param late_after: no late request among the first records (the watermark is not set yet)
     :param ttl_choices: per-request windows in seconds (None: the default window)
     :param param_bytes: size of the params payload, to shape records (about 300 bytes total)
+    :param id_prefix: prefixes user and notification ids, so two streams share no key
     """
 
     requests: int
@@ -56,6 +57,7 @@ class StreamSpec:
     late_after: int = 1000
     ttl_choices: tuple[int | None, ...] = (None, None, 2, 10, 60, 3600)
     param_bytes: int = 60
+    id_prefix: str = ""
 
 
 @dataclass(frozen=True)
@@ -119,17 +121,17 @@ def generate(spec: StreamSpec) -> Stream:
             # a repeat: a producer retry or a second source, of a recent or an older request
             original = history[-1 - min(len(history) - 1, int(rng.expovariate(1 / 50)))]
             req = NotificationRequest(
-                notification_id=f"n{n}", user_id=original.user_id, template_id=original.template_id,
+                notification_id=f"{spec.id_prefix}n{n}", user_id=original.user_id, template_id=original.template_id,
                 channels=original.channels, event_time=t, params=original.params,
                 priority=original.priority, category=original.category, dedup_key=original.dedup_key,
                 dedup_ttl_sec=original.dedup_ttl_sec,
             )
         else:
-            user = f"u{rng.randint(0, max(1, spec.requests // 4))}"
+            user = f"{spec.id_prefix}u{rng.randint(0, max(1, spec.requests // 4))}"
             explicit = rng.random() < 0.2
             high = rng.random() < 0.05
             req = NotificationRequest(
-                notification_id=f"n{n}", user_id=user,
+                notification_id=f"{spec.id_prefix}n{n}", user_id=user,
                 template_id="otp" if high else rng.choice(("order_shipped", "payment_update", "campaign")),
                 channels=tuple(rng.sample((Channel.PUSH, Channel.SMS, Channel.EMAIL), rng.randint(1, 2))),
                 event_time=t,

@@ -38,25 +38,36 @@ from operators.window import WindowConfig, window_ms
 
 #: None: new; else (original notification id, its event time, occurrence number)
 Verdict = tuple[str, int, int] | None
-Batch = list[tuple[NotificationRequest, str]]
+#: (request, dedup key, Kafka partition)
+Batch = list[tuple[NotificationRequest, str, int]]
 
 
 class MemoryStore:
-    def __init__(self, cfg: WindowConfig, out_of_orderness_ms: int = 60_000) -> None:
+    """The latest accepted request per key; evicted once the watermark passes its window.
+
+    The watermark is the job's: the newest event time of each partition minus the
+    out-of-orderness, the minimum over ``partitions`` partitions (none until each has a record).
+    Partitions are consumed at different paces, so a single newest event time would evict keys
+    that a lagging partition still repeats.
+    """
+
+    def __init__(self, cfg: WindowConfig, partitions: int, out_of_orderness_ms: int = 60_000) -> None:
         self.cfg = cfg
+        self.partitions = partitions
         self.lag = out_of_orderness_ms
         self.entries: dict[str, list[Any]] = {}
         self.expiries: list[tuple[int, str]] = []
-        self.newest = -(2**62)
+        self.newest: dict[int, int] = {}
         self.evicted = 0
 
     def decide(self, batch: Batch) -> list[Verdict]:
         out: list[Verdict] = []
         entries = self.entries
-        for req, key in batch:
+        newest = self.newest
+        for req, key, partition in batch:
             t = req.event_time
-            if t > self.newest:
-                self.newest = t
+            if t > newest.get(partition, -(2**62)):
+                newest[partition] = t
             entry = entries.get(key)
             if entry is not None and abs(t - entry[1]) < entry[2]:
                 entry[3] += 1
@@ -66,7 +77,9 @@ class MemoryStore:
             entries[key] = [req.notification_id, t, w, 1]
             heapq.heappush(self.expiries, (t + w, key))
             out.append(None)
-        watermark = self.newest - self.lag
+        if len(newest) < self.partitions:
+            return out
+        watermark = min(newest.values()) - self.lag
         while self.expiries and self.expiries[0][0] <= watermark:
             _, key = heapq.heappop(self.expiries)
             entry = entries.get(key)
@@ -93,20 +106,35 @@ class RedisStore:
         self.baseline = int(self.r.info("memory")["used_memory"])
 
     def decide(self, batch: Batch) -> list[Verdict]:
+        """Rounds of one pipeline each: a key's n-th request of the batch goes in round n, so it
+        sees what the round before wrote (a repeat within a batch is common)."""
+        out: list[Verdict] = [None] * len(batch)
+        rounds: list[list[int]] = []
+        seen: dict[str, int] = {}
+        for i, (_, key, _) in enumerate(batch):
+            n = seen.get(key, 0)
+            seen[key] = n + 1
+            if n == len(rounds):
+                rounds.append([])
+            rounds[n].append(i)
+        for indexes in rounds:
+            self._round(batch, indexes, out)
+        return out
+
+    def _round(self, batch: Batch, indexes: list[int], out: list[Verdict]) -> None:
         pipe = self.r.pipeline(transaction=False)
-        windows = []
-        for req, key in batch:
-            w = window_ms(req.dedup_ttl_sec, self.cfg)
-            windows.append(w)
+        windows = {}
+        for i in indexes:
+            req, key, _ = batch[i]
+            w = windows[i] = window_ms(req.dedup_ttl_sec, self.cfg)
             pipe.set(key, f"{req.notification_id}|{req.event_time}|{w}", nx=True, get=True, px=w)
         olds = pipe.execute()
-        out: list[Verdict] = [None] * len(batch)
         follow = self.r.pipeline(transaction=False)
         counted: list[tuple[int, str, int] | None] = []  # two follow-up commands per entry
-        for i, old in enumerate(olds):
+        for i, old in zip(indexes, olds, strict=True):
             if old is None:
                 continue
-            req, key = batch[i]
+            req, key, _ = batch[i]
             nid, t0, w0 = old.decode().split("|")
             if abs(req.event_time - int(t0)) < int(w0):
                 follow.incr(f"{key}#n")
@@ -122,13 +150,19 @@ class RedisStore:
                 if entry is not None:
                     i, nid, t0 = entry
                     out[i] = (nid, t0, int(res[2 * n]) + 1)
-        return out
 
     def stats(self) -> dict[str, Any]:
         mem = self.r.info("memory")
         keys = int(self.r.dbsize())
         return {"keys_including_counters": keys, "used_memory": int(mem["used_memory"]),
                 "state_bytes": int(mem["used_memory"]) - self.baseline}
+
+
+def consumer_partitions(bootstrap: str, topic: str) -> list[int]:
+    from confluent_kafka.admin import AdminClient
+
+    meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30)
+    return sorted(meta.topics[topic].partitions)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,8 +183,9 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = Settings().dedup.window_config()
     topics = prefixed_topics(args.prefix, args.input)
+    partitions = len(consumer_partitions(args.bootstrap, args.input))
     store: MemoryStore | RedisStore = (
-        MemoryStore(cfg) if args.store == "memory" else RedisStore(cfg, int(args.redis_port))
+        MemoryStore(cfg, partitions) if args.store == "memory" else RedisStore(cfg, int(args.redis_port))
     )
     consumer = Consumer({
         "bootstrap.servers": args.bootstrap, "group.id": args.group, "auto.offset.reset": "earliest",
@@ -176,9 +211,9 @@ def main(argv: list[str] | None = None) -> int:
             if m.error() is not None:
                 continue
             req = codec.decode_request(m.value())
-            batch.append((req, resolve_dedup_key(req)))
+            batch.append((req, resolve_dedup_key(req), m.partition()))
         if batch:
-            for (req, key), verdict in zip(batch, store.decide(batch), strict=True):
+            for (req, key, _), verdict in zip(batch, store.decide(batch), strict=True):
                 if verdict is None:
                     outs = accepted_outputs(req, key, topics)
                 else:

@@ -96,9 +96,16 @@ def test_dataset_expected_output_and_json_copy() -> None:
 def test_memory_store_follows_the_reference_with_mixed_windows() -> None:
     stream = generate(StreamSpec(requests=3000, late_share=0.0, invalid_share=0.0, step_ms=200, seed=3))
     cfg = Settings().dedup.window_config()
-    store = MemoryStore(cfg)
-    reqs = [r.request for r in stream.records if r.request is not None]
-    got = store.decide([(q, resolve_dedup_key(q)) for q in reqs])
+    store = MemoryStore(cfg, partitions=4)
+    # partitions consumed at different paces: partition 0 first, then the others, as a consumer may
+    recs = [r for r in stream.records if r.request is not None]
+    order = [r for r in recs if r.partition == 0] + [r for r in recs if r.partition != 0]
+    got_by_id = {}
+    for rec in order:
+        assert rec.request is not None
+        [verdict] = store.decide([(rec.request, resolve_dedup_key(rec.request), rec.partition)])
+        got_by_id[rec.request.notification_id] = verdict
+    got = [got_by_id[r.request.notification_id] for r in recs if r.request is not None]
     want = stream.outcomes(cfg)
     assert [v is None for v in got] == [o.verdict == "new" for o in want]
     assert [v[0] for v in got if v] == [o.original_notification_id for o in want if o.verdict == "duplicate"]
@@ -126,8 +133,15 @@ def test_redis_store_set_nx_get(tmp_path: Path) -> None:
         a = NotificationRequest("a", "u", "t", (Channel.PUSH,), 1000, dedup_key="k")
         b = NotificationRequest("b", "u", "t", (Channel.PUSH,), 1500, dedup_key="k")
         c = NotificationRequest("c", "u", "t", (Channel.PUSH,), 2000, dedup_key="k")
-        assert store.decide([(a, "k"), (b, "k")]) == [None, ("a", 1000, 2)]
-        assert store.decide([(c, "k")]) == [("a", 1000, 3)]
+        assert store.decide([(a, "k", 0), (b, "k", 0)]) == [None, ("a", 1000, 2)]
+        assert store.decide([(c, "k", 0)]) == [("a", 1000, 3)]
+        # 2 s windows: d is outside a's window (new), e repeats d within the same batch
+        d = NotificationRequest("d", "u", "t", (Channel.PUSH,), 9000, dedup_key="k2", dedup_ttl_sec=2)
+        e = NotificationRequest("e", "u", "t", (Channel.PUSH,), 9500, dedup_key="k2", dedup_ttl_sec=2)
+        f = NotificationRequest("f", "u", "t", (Channel.PUSH,), 12000, dedup_key="k2", dedup_ttl_sec=2)
+        g = NotificationRequest("g", "u", "t", (Channel.PUSH,), 12100, dedup_key="k2", dedup_ttl_sec=2)
+        assert store.decide([(d, "k2", 0), (e, "k2", 0), (f, "k2", 0), (g, "k2", 0)]) == [
+            None, ("d", 9000, 2), None, ("f", 12000, 2)]
         assert store.stats()["state_bytes"] > 0
     finally:
         server.terminate()
