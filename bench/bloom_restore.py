@@ -27,7 +27,7 @@ from dedupctl.runner import RestClient, run_job
 from dedupctl.streamgen import StreamSpec, generate
 from operators.routing import Topics
 
-NAMES = ["accepted", "duplicates", "state_reads", "state_reads_skipped", "bloom_false_positives",
+NAMES = ["accepted", "duplicates", "late", "state_reads", "state_reads_skipped", "bloom_false_positives",
          "keys_held", "bloom_bits"]
 
 
@@ -44,7 +44,7 @@ def figures(m: dict[str, float]) -> dict[str, float]:
 def settle(rest: RestClient, job_id: str, total: int, timeout_s: float) -> dict[str, float]:
     deadline = time.monotonic() + timeout_s
     m = rest.operator_metrics(job_id, "dedup", NAMES)
-    while m["accepted"] + m["duplicates"] < total and time.monotonic() < deadline:
+    while m["accepted"] + m["duplicates"] + m["late"] < total and time.monotonic() < deadline:
         time.sleep(2)
         m = rest.operator_metrics(job_id, "dedup", NAMES)
     time.sleep(11)  # one more metric-fetcher refresh, for the gauges
@@ -71,7 +71,9 @@ def main() -> None:
         spec = StreamSpec(requests=args.requests, partitions=4, seed=3, late_share=0, invalid_share=0,
                           step_ms=2, param_bytes=200)
         first = generate(spec)
-        after = generate(dataclasses.replace(spec, requests=args.rate * 60, seed=4, id_prefix="r"))
+        newest = max(r.request.event_time for r in first.records if r.request)
+        after = generate(dataclasses.replace(spec, requests=args.rate * 60, seed=4, id_prefix="r",
+                                             start_ms=newest))
         prod = kafka_io.producer(cfg.kafka.client_config())
         kafka_io.produce_all(prod, topics.requests, [(r.key, r.value) for r in first.records])
         client = run_job(cfg, detached=True)
@@ -83,9 +85,8 @@ def main() -> None:
         client = run_job(cfg1, location.removeprefix("file:"), detached=True)
         rest = RestClient(f"http://127.0.0.1:{cfg1.flink.rest_port}")
         # the first minute after the restore: new users' requests and repeats of earlier ones
-        repeats = first.records[-args.rate * 12:]
-        pairs = zip(after.records, repeats + after.records, strict=False)
-        records = [r for pair in pairs for r in pair][: args.rate * 60]
+        # (repeats of the last requests before the restore, then the new stream: 20% repeats)
+        records = first.records[-args.rate * 6:] + after.records[: args.rate * 54]
         start = time.monotonic()
         for i in range(0, len(records), args.rate // 10):
             kafka_io.produce_all(prod, topics.requests, [(r.key, r.value) for r in records[i:i + args.rate // 10]])

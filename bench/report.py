@@ -107,7 +107,7 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {_num(cp.get('restarts'))} |"
             )
     if jobs:
-        lines += ["", "Bloom bits/key = the bloom_bits gauge over keys_held; the filter is sized for "
+        lines += ["", "Bloom bits/key = the bloom_bits metric over keys_held; the filter is sized for "
                   "`dedup.bloom_expected_keys` (default 1,000,000 over all shards), so it reads high "
                   "when far fewer keys are held. FP rate = bloom_false_positives / (state_reads_skipped + "
                   "bloom_false_positives); reads skipped = state_reads_skipped / (state_reads + skipped)."]
@@ -126,16 +126,19 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 LEGEND = """\
-*req/s sustained*: backlog requests over the time from the first visible output to the output that
-completes the backlog (the first committed burst, processed before the clock starts, is left out).
-*incl. start-up*: backlog over the time from launching the system. *p50/p99*: produce -> first
-output of that request visible to a read_committed consumer, while producing at the rate shown.
-*CPU*: user+system seconds of every process of the system while it processed the backlog
-(start-up included), per backlog request; the broker is listed separately. *peak RSS*: the sum of
-each process's peak. *state B/key*: checkpoint size (Flink) or store size (Quix: RocksDB files;
-Redis: used_memory growth; dict: getsizeof) over the keys in state. *exact*: every accepted
-request on each of its channels and lanes once and every duplicate notice (with its original)
-once, nothing else, against the reference model."""
+*req/s sustained*: the backlog's rate from the times its output became visible: exactly-once
+systems between the end of the first committed burst and the end of the second-to-last (whole
+commit intervals only), the others between 10% and 90% of the backlog's output. *incl. start-up*:
+the backlog over the time from launching the system to its last backlog output. *start-up*: launch
+to ready (Flink: every task RUNNING; Python peers: imported and about to consume). *p50/p99*:
+produce -> first output of that request visible to a read_committed consumer, while producing at
+the rate shown (the latency floor above is the same path with no system in between). *CPU*:
+user+system seconds of every process of the system from ready to the end of the backlog, and per
+backlog request; the broker is listed separately. *peak RSS*: the sum of each process's peak.
+*state B/key*: checkpoint size (Flink) or store size (Quix: RocksDB files; Redis: used_memory
+growth; dict: getsizeof) over the keys in state. *exact*: every accepted request on each of its
+channels and lanes once and every duplicate notice (with its original) once, nothing else,
+against the reference model. Details: bench/README.md."""
 
 
 def write_json(results: dict[str, Any], path: Path) -> None:

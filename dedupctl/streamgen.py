@@ -42,6 +42,7 @@ class StreamSpec:
     :param ttl_choices: per-request windows in seconds (None: the default window)
     :param param_bytes: size of the params payload, to shape records (about 300 bytes total)
     :param id_prefix: prefixes user and notification ids, so two streams share no key
+    :param start_ms: event time of the first record
     """
 
     requests: int
@@ -58,6 +59,7 @@ class StreamSpec:
     ttl_choices: tuple[int | None, ...] = (None, None, 2, 10, 60, 3600)
     param_bytes: int = 60
     id_prefix: str = ""
+    start_ms: int = BASE
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,7 @@ def generate(spec: StreamSpec) -> Stream:
     rng = random.Random(spec.seed)
     stream = Stream(spec)
     history: list[NotificationRequest] = []
-    newest = BASE
+    newest = spec.start_ms
     n = 0
     filler = "x" * spec.param_bytes
     while len(stream.records) < spec.requests:
