@@ -1,8 +1,9 @@
 """The dedup job: notifications.requests -> per-channel topics, duplicates, late, invalid.
 
     source (Kafka, raw bytes; event time and per-partition watermarks in the JVM)
-      -> prepare (decode, dedup key, shard; invalid records to the side)
-      -> key_by(shard) -> dedup (window rule, Bloom prefilter, RocksDB state, eviction timers)
+      -> shard (JVM: dedup key and shard)
+      -> keyBy(shard) -> dedup (Python: decode and validate, lateness, Bloom prefilter, the
+         window rule, RocksDB state, eviction timers)
       -> one exactly-once Kafka sink for every output topic
 
 Run it with ``dedupctl run`` on the local mini-cluster, or submit this file to a cluster with
