@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -70,3 +71,26 @@ class Metrics:
                     lines.append(f"# TYPE {metric} {kind}")
                 lines.append(f"{_name(metric, labels)} {value:g}")
         return "\n".join(lines) + "\n"
+
+
+def serve_metrics(metrics: Metrics, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:
+    """Serve ``GET /metrics`` (Prometheus text format) from a daemon thread; returns the server."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the http.server hook's name
+            if self.path.split("?")[0] != "/metrics":
+                self.send_error(404)
+                return
+            body = metrics.render_prometheus().encode("utf-8")
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - silence access logs
+            return
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    threading.Thread(target=server.serve_forever, name="sender-metrics", daemon=True).start()
+    return server
