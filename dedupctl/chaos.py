@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dedupctl import kafka_io
+from dedupctl.cluster import LocalCluster
 from dedupctl.config import Settings
 from dedupctl.demo import free_port
 from dedupctl.local_kafka import LocalBroker
@@ -50,6 +51,8 @@ class ChaosPlan:
     :param seed: seeds the stream and the moments of the faults
     :param uptime_s: a fault strikes after the job has run for a random time in this range
     :param settle_timeout_s: how long to wait for the output once everything is produced
+    :param cluster: run on a standalone cluster (separate JobManager and TaskManager processes,
+        ``flink run -py``); a kill is then a TaskManager SIGKILL, and the JobManager restores
     """
 
     requests: int = 200_000
@@ -61,6 +64,7 @@ class ChaosPlan:
     seed: int = 7
     uptime_s: tuple[float, float] = (4.0, 12.0)
     settle_timeout_s: float = 600.0
+    cluster: bool = False
 
 
 @dataclass
@@ -123,6 +127,18 @@ def wait_running(rest: RestClient, timeout_s: float = 180.0) -> str:
             pass
         time.sleep(0.5)
     raise TimeoutError(f"no running job after {timeout_s:.0f} s")
+
+
+def wait_failover(rest: RestClient, job_id: str, timeout_s: float = 30.0) -> None:
+    """Until the JobManager has noticed a lost TaskManager (the job leaves RUNNING)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if rest.call("GET", f"/jobs/{job_id}")["state"] != "RUNNING":
+                return
+        except JobControlError:
+            pass
+        time.sleep(0.3)
 
 
 def chaos_settings(bootstrap: str, work: Path, rest_port: int) -> str:
@@ -229,7 +245,13 @@ def run_chaos(plan: ChaosPlan, say: Callable[[str], None] = print, work: Path | 
     rest = RestClient(f"http://127.0.0.1:{rest_port}")
     job = JobProcess(config_file, work / "job.log")
     parallelism = plan.parallelism
-    job.start(parallelism, "latest")
+    cluster = LocalCluster(work / "flink", rest_port, free_port()) if plan.cluster else None
+    if cluster is not None:
+        cluster.start()
+        act("standalone cluster started: a JobManager and a TaskManager, separate processes")
+        cluster.submit(config_file, parallelism)
+    else:
+        job.start(parallelism, "latest")
     wait_running(rest)
     act(f"job running, parallelism {parallelism}")
     produced = threading.Event()
@@ -239,7 +261,15 @@ def run_chaos(plan: ChaosPlan, say: Callable[[str], None] = print, work: Path | 
     try:
         for fault in faults:
             time.sleep(rng.uniform(*plan.uptime_s))
-            if fault == "kill":
+            if fault == "kill" and cluster is not None:
+                job_id = wait_running(rest)
+                pid = cluster.kill_taskmanager()
+                act(f"SIGKILL TaskManager {pid}; a new TaskManager started")
+                wait_failover(rest, job_id)
+                cluster.wait_taskmanagers(1)
+                wait_running(rest)
+                act("job restored by the JobManager from its latest checkpoint")
+            elif fault == "kill":
                 job.kill()
                 act("SIGKILL the job process group")
                 job.start(parallelism, "latest")
@@ -254,10 +284,13 @@ def run_chaos(plan: ChaosPlan, say: Callable[[str], None] = print, work: Path | 
             else:
                 job_id = wait_running(rest)
                 location = rest.stop_with_savepoint(job_id, str(cfg.flink.checkpoint_path()))
-                job.wait_exit(60)
                 parallelism = 1 if parallelism == 2 else 2
                 act(f"stopped with savepoint {Path(location.removeprefix('file:')).name}")
-                job.start(parallelism, location.removeprefix("file:"))
+                if cluster is not None:
+                    cluster.submit(config_file, parallelism, savepoint=location.removeprefix("file:"))
+                else:
+                    job.wait_exit(60)
+                    job.start(parallelism, location.removeprefix("file:"))
                 wait_running(rest)
                 act(f"resumed from it at parallelism {parallelism}")
         produced.wait(timeout=plan.requests / plan.rate + 600)
@@ -272,6 +305,8 @@ def run_chaos(plan: ChaosPlan, say: Callable[[str], None] = print, work: Path | 
         actual = read_outputs(cfg)
     finally:
         job.kill()
+        if cluster is not None:
+            cluster.stop()
         broker.stop()
     report.actual = Counter({t: len(v) for t, v in actual.items()})
     report.problems = diff_records(expected, actual, cfg.topics)

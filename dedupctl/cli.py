@@ -140,7 +140,8 @@ def cmd_chaos(cfg: Settings, args: argparse.Namespace) -> int:
     from dedupctl.chaos import ChaosPlan, run_chaos
 
     plan = ChaosPlan(requests=args.requests, rate=args.rate, kills=args.kills,
-                     broker_restarts=args.broker_restarts, rescales=args.rescales, seed=args.seed)
+                     broker_restarts=args.broker_restarts, rescales=args.rescales, seed=args.seed,
+                     cluster=args.cluster)
     return 0 if run_chaos(plan, _out).ok else 1
 
 
@@ -194,6 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--broker-restarts", type=int, default=1)
     p.add_argument("--rescales", type=int, default=2)
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--cluster", action="store_true",
+                   help="a standalone cluster from the PyPI distribution's scripts; kills hit TaskManagers")
     p.set_defaults(func=cmd_chaos)
 
     p = sub.add_parser("demo", help="broker, job and scenario end to end")
