@@ -32,7 +32,6 @@ from dedupctl.demo import free_port
 from dedupctl.local_kafka import LocalBroker
 from dedupctl.runner import JobControlError, RestClient
 from dedupctl.streamgen import Stream, StreamSpec, generate
-from operators import codec
 from operators.reference import diff_records, expected_records
 
 logger = logging.getLogger(__name__)
@@ -204,14 +203,12 @@ def _normalised(records: dict[str, list[dict[str, Any]]], cfg: Settings) -> dict
 
 
 def read_outputs(cfg: Settings) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {t: [] for t in cfg.topics.outputs()}
-    for msg in kafka_io.read_committed(cfg.kafka.client_config(), cfg.topics.outputs(), idle_timeout_s=3):
-        stem = kafka_io.schema_of(msg.topic, cfg.topics)
-        assert stem is not None and msg.value is not None
-        value = codec.decode(stem, msg.value)
-        if msg.topic == cfg.topics.invalid and not value["error"]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for topic, records in kafka_io.read_outputs(cfg.kafka.client_config(), cfg.topics, idle_timeout_s=3).items():
+        out[topic] = [value for _, value in records]
+    for value in out[cfg.topics.invalid]:
+        if not value["error"]:  # an invalid record must say why: make it differ from the model
             value["raw"] = b"<no error text>" + value["raw"]
-        out[msg.topic].append(value)
     return _normalised(out, cfg)
 
 

@@ -15,7 +15,6 @@ from typing import Any
 from dedupctl import kafka_io, scenario
 from dedupctl.config import Settings
 from dedupctl.local_kafka import LocalBroker
-from operators import codec
 from operators.routing import Topics
 
 logger = logging.getLogger(__name__)
@@ -82,11 +81,10 @@ def describe(topic: str, value: dict[str, Any], topics: Topics) -> str:
 
 
 def print_summary(cfg: Settings, say: Callable[[str], None]) -> None:
-    by_topic: dict[str, list[str]] = {t: [] for t in cfg.topics.outputs()}
-    for msg in kafka_io.read_committed(cfg.kafka.client_config(), cfg.topics.outputs(), idle_timeout_s=2):
-        stem = kafka_io.schema_of(msg.topic, cfg.topics)
-        assert stem is not None and msg.value is not None
-        by_topic[msg.topic].append(describe(msg.topic, codec.decode(stem, msg.value), cfg.topics))
+    by_topic = {
+        topic: [describe(topic, value, cfg.topics) for _, value in records]
+        for topic, records in kafka_io.read_outputs(cfg.kafka.client_config(), cfg.topics).items()
+    }
     say("")
     say("What landed in each topic (read_committed):")
     for topic, lines in by_topic.items():

@@ -158,6 +158,18 @@ def read_committed(
         consumer.close()
 
 
+def read_outputs(
+    client_config: Mapping[str, str], topics: Topics, idle_timeout_s: float = 2.0
+) -> dict[str, list[tuple[bytes | None, dict[str, Any]]]]:
+    """Every committed record of every output topic, decoded: topic -> [(Kafka key, value)]."""
+    out: dict[str, list[tuple[bytes | None, dict[str, Any]]]] = {t: [] for t in topics.outputs()}
+    for msg in read_committed(client_config, topics.outputs(), idle_timeout_s=idle_timeout_s):
+        stem = schema_of(msg.topic, topics)
+        assert stem is not None and msg.value is not None
+        out[msg.topic].append((msg.key, codec.decode(stem, msg.value)))
+    return out
+
+
 def decode_message(msg: Message, topics: Topics) -> dict[str, Any]:
     """A record as JSON-ready fields: its decoded value, or an error and the raw bytes."""
     stem = schema_of(msg.topic, topics)

@@ -165,7 +165,6 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
 
     def _report_levels(self) -> None:
         shards = self._shards.values()
-        self._levels["keys_held"].set(sum(s.held for s in shards))  # also kept current below
         self._levels["bloom_keys_estimate"].set(int(sum(s.bloom.approx_items() for s in shards)))
         self._levels["bloom_bits"].set(sum(s.bloom.size_bits() for s in shards))
         self._levels["bloom_fill_ratio_pct"].set(int(100 * self._fill_ratio()))

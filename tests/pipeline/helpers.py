@@ -7,19 +7,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from dedupctl import kafka_io
-from operators import codec
 from operators.records import NotificationRequest
 from operators.routing import Topics
 
 
 def read_outputs(bootstrap: str, topics: Topics, idle_s: float = 2.0) -> dict[str, list[tuple[bytes | None, Any]]]:
     """Every committed record of every output topic: topic -> [(key, decoded value)]."""
-    out: dict[str, list[tuple[bytes | None, Any]]] = {t: [] for t in topics.outputs()}
-    for msg in kafka_io.read_committed({"bootstrap.servers": bootstrap}, topics.outputs(), idle_timeout_s=idle_s):
-        stem = kafka_io.schema_of(msg.topic, topics)
-        assert stem is not None and msg.value is not None
-        out[msg.topic].append((msg.key, codec.decode(stem, msg.value)))
-    return out
+    return dict(kafka_io.read_outputs({"bootstrap.servers": bootstrap}, topics, idle_timeout_s=idle_s))
 
 
 def wait_for_total(bootstrap: str, topics: Topics, total: int, timeout_s: float = 120.0) -> None:
