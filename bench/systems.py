@@ -22,6 +22,7 @@ from typing import Any
 from bench.measure import Parser, avro_parser, json_parser
 from bench.peers.common import prefixed_topics
 from dedupctl import kafka_io
+from dedupctl.cluster import LocalCluster
 from dedupctl.config import REPO_ROOT
 from dedupctl.demo import free_port
 from dedupctl.runner import JobControlError, RestClient
@@ -270,6 +271,38 @@ class DedupJob(FlinkSystem):
         return out
 
 
+class DedupJobCluster(DedupJob):
+    """This job on a standalone cluster of one TaskManager per core, one slot each.
+
+    In thread mode every Python operator of one JVM shares one interpreter and its GIL, so on the
+    mini-cluster (one JVM) a second subtask adds no Python throughput. Here each subtask has a
+    TaskManager, and so an interpreter, of its own: what a deployment does (docs/operations.md).
+    The JobManager and TaskManagers run in the foreground under the harness; the job is submitted
+    with ``flink run -py``.
+    """
+
+    def __init__(self, taskmanagers: int) -> None:
+        super().__init__(taskmanagers)
+        self.key = f"job-p{taskmanagers}-tm{taskmanagers}"
+        self.title = f"notify-dedup job, parallelism {taskmanagers}, {taskmanagers} TaskManagers"
+        self.taskmanagers = taskmanagers
+
+    def start(self, ctx: Context) -> None:
+        work = ctx.work / self.key
+        work.mkdir(parents=True, exist_ok=True)
+        cluster = LocalCluster(work / "cluster", free_port(), free_port(), slots=1)
+        self.rest = cluster.rest
+        config = work / "job.toml"
+        config.write_text(self.config(ctx, cluster.rest_port))
+        cmd, env = cluster.foreground("jobmanager")
+        self.procs = [Proc("jobmanager", cmd, work / "jobmanager.log", env)]
+        cmd, env = cluster.foreground("taskmanager")
+        self.procs += [Proc(f"taskmanager-{i}", cmd, work / f"taskmanager-{i}.log", env)
+                       for i in range(self.taskmanagers)]
+        cluster.wait_taskmanagers(self.taskmanagers)
+        cluster.submit(config, self.parallelism)
+
+
 class FlinkSql(FlinkSystem):
     """Flink SQL deduplication, JSON in and out (bench/peers/flink_sql.py)."""
 
@@ -435,13 +468,15 @@ def ensure_redis_server(say: Any) -> str | None:
     return found
 
 
-ALL = ("job-p1", "job-p2", "quix", "flink-sql-p1", "flink-sql-p2", "redis", "memory")
-QUICK = ("job-p1", "job-p2", "quix", "flink-sql-p1", "redis", "memory")
+ALL = ("job-p1", "job-p2", "job-p2-tm2", "quix", "flink-sql-p1", "flink-sql-p2", "redis", "memory")
+QUICK = ("job-p1", "job-p2", "job-p2-tm2", "quix", "flink-sql-p1", "redis", "memory")
 
 
 def make(key: str, sql_variant: str = "rownumber") -> System:
     if key in ("job-p1", "job-p2"):
         return DedupJob(int(key[-1]))
+    if key == "job-p2-tm2":
+        return DedupJobCluster(2)
     if key == "quix":
         return Quix()
     if key in ("flink-sql-p1", "flink-sql-p2"):

@@ -118,6 +118,13 @@ class LocalCluster:
             raise ClusterError(f"{' '.join(args)}: {result.stdout[-2000:]} {result.stderr[-2000:]}")
         return result.stdout
 
+    def foreground(self, role: str) -> tuple[list[str], dict[str, str]]:
+        """Command and environment of a JobManager or TaskManager that stays in the foreground,
+        for a supervisor that owns its process (the benchmark measures its CPU and memory)."""
+        self._layout()
+        script = {"jobmanager": "jobmanager.sh", "taskmanager": "taskmanager.sh"}[role]
+        return [str(FLINK_HOME / "bin" / script), "start-foreground"], self._env()
+
     def start(self, taskmanagers: int = 1, timeout_s: float = 120.0) -> None:
         self._layout()
         self._script("jobmanager.sh", "start")

@@ -119,6 +119,10 @@ class DedupSettings:
     :param bloom_fp_rate: target false-positive rate of the prefilter
     :param bloom_segments_per_window: event-time segments one default window is split into
     :param bloom_snapshot_every: keys added to a shard between two snapshots of its filter
+    :param batch_max_requests: requests buffered (over all shards of a subtask) before they go to
+        the Python dedup operator as one mini-batch per shard
+    :param batch_max_delay_ms: the longest a request waits for its mini-batch; batches are also
+        sent before every watermark and checkpoint barrier
     """
 
     default_window_sec: int = 7 * 86_400
@@ -133,6 +137,8 @@ class DedupSettings:
     bloom_fp_rate: float = 0.01
     bloom_segments_per_window: int = 4
     bloom_snapshot_every: int = 512
+    batch_max_requests: int = 2_000
+    batch_max_delay_ms: int = 50
 
     def window_config(self) -> WindowConfig:
         return WindowConfig(

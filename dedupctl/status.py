@@ -27,6 +27,7 @@ from dedupctl.status_probe import (
     DEDUP_COUNTERS,
     DEDUP_OPERATOR,
     PREPARE_OPERATOR,
+    ROUTE_OPERATOR,
     Agg,
     Probe,
     Reading,
@@ -197,11 +198,11 @@ def counter_totals(sample: Sample, vertices: Sequence[Vertex]) -> dict[str, int]
 
 
 def emitted_per_topic(sample: Sample, cfg: Settings) -> dict[str, int]:
-    """Records the dedup operator wrote, per topic: under the configured names where they match
+    """Records the job wrote, per topic: under the configured names where they match
     the metric's (in their order), under the metric's own name otherwise."""
     found = {
         mid.split(".")[2]: int(agg.sum) for (_, mid), agg in sample.values.items()
-        if mid.startswith(f"{DEDUP_OPERATOR}.topic.") and mid.endswith(".emitted")
+        if mid.startswith((f"{ROUTE_OPERATOR}.topic.", f"{DEDUP_OPERATOR}.topic.")) and mid.endswith(".emitted")
     }
     out = {t: found.pop(rest_name(t)) for t in cfg.topics.outputs() if rest_name(t) in found}
     return out | dict(sorted(found.items()))

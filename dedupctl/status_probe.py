@@ -6,7 +6,7 @@ refresh, paired with the job's ``uptime`` metric fetched in the same refresh, so
 of two samples is exact whatever the refresh interval (``dedupctl status`` rates).
 
 Metric ids are the REST API's: ``<operator>.<groups>.<name>``, every ' ', '.', ':' and ',' inside
-a part written as '_' (``dedup.topic.notifications_push.emitted``).
+a part written as '_' (``route.topic.notifications_push.emitted``).
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ from dedupctl.runner import JobControlError, RestClient
 
 #: the operator name given in jobs/dedup_job.py (``.name("dedup")``)
 DEDUP_OPERATOR = "dedup"
+#: the JVM operator after it that writes each outcome's records (``.name("route")``); it counts
+#: them per topic (``route.topic.<topic>.emitted``; builds before it counted them under dedup)
+ROUTE_OPERATOR = "route"
 #: builds before the dedup operator validated input themselves counted invalid input here
 PREPARE_OPERATOR = "prepare"
 #: counters of the dedup operator (jobs/dedup_functions.py COUNTERS)
@@ -108,8 +111,10 @@ def _wanted(metric_id: str) -> bool:
         return True
     if metric_id == f"{PREPARE_OPERATOR}.invalid":
         return True
+    if last == "emitted":
+        return metric_id.startswith((f"{ROUTE_OPERATOR}.topic.", f"{DEDUP_OPERATOR}.topic."))
     return metric_id.startswith(f"{DEDUP_OPERATOR}.") and (
-        last in DEDUP_COUNTERS or last in DEDUP_GAUGES or last == "emitted" or last.startswith("rocksdb_")
+        last in DEDUP_COUNTERS or last in DEDUP_GAUGES or last.startswith("rocksdb_")
     )
 
 

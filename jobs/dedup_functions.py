@@ -32,7 +32,7 @@ from operators.bloom import BloomConfig, SegmentedBloom
 from operators.dedup_key import key_hash
 from operators.errors import InvalidRecordError
 from operators.records import SourcePosition
-from operators.routing import Routed, Topics
+from operators.routing import Topics
 from operators.window import (
     NO_WATERMARK,
     Accepted,
@@ -48,21 +48,33 @@ from operators.window import (
 
 logger = logging.getLogger(__name__)
 
-#: what the sink receives: topic, Kafka key, Avro value
-ROUTED_TYPE = Types.ROW_NAMED(
-    ["topic", "key", "value"],
-    [Types.STRING(), Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.PRIMITIVE_ARRAY(Types.BYTE())],
-)
 #: what the source emits (io.notifydedup.flink.RawKafkaRecordDeserializer)
 RAW_TYPE = Types.ROW_NAMED(
     ["topic", "partition", "offset", "value"],
     [Types.STRING(), Types.INT(), Types.LONG(), Types.PRIMITIVE_ARRAY(Types.BYTE())],
 )
-#: what reaches a shard (io.notifydedup.flink.ShardedRequests.payloadType)
-SHARDED_TYPE = Types.ROW_NAMED(
-    ["dedup_key", "topic", "partition", "offset", "value"],
-    [Types.STRING(), Types.STRING(), Types.INT(), Types.LONG(), Types.PRIMITIVE_ARRAY(Types.BYTE())],
+_BYTES_ARRAY = Types.OBJECT_ARRAY(Types.PRIMITIVE_ARRAY(Types.BYTE()))
+#: what the dedup operator receives: one shard's mini-batch (io.notifydedup.flink.ShardBatcher),
+#: a column per field of a request. The JVM has parsed and checked each request; its dedup_key
+#: is empty when it is not a well-formed NotificationRequest.
+BATCH_TYPE = Types.ROW_NAMED(
+    ["dedup_key", "event_time", "notification_id", "dedup_ttl_sec", "topic", "partition", "offset", "value"],
+    [
+        Types.BASIC_ARRAY(Types.STRING()), Types.BASIC_ARRAY(Types.LONG()), Types.BASIC_ARRAY(Types.STRING()),
+        Types.BASIC_ARRAY(Types.LONG()), Types.BASIC_ARRAY(Types.STRING()), Types.BASIC_ARRAY(Types.INT()),
+        Types.BASIC_ARRAY(Types.LONG()), _BYTES_ARRAY,
+    ],
 )
+#: what the dedup operator emits: one outcome per request of the batch, in order, as columns
+#: (io.notifydedup.flink.RouteOutcomes turns each into the Avro records it means, in the JVM)
+OUTCOMES_TYPE = Types.ROW_NAMED(
+    ["kind", "dedup_key", "value", "text", "time", "occurrence"],
+    [
+        Types.BASIC_ARRAY(Types.INT()), Types.BASIC_ARRAY(Types.STRING()), _BYTES_ARRAY,
+        Types.BASIC_ARRAY(Types.STRING()), Types.BASIC_ARRAY(Types.LONG()), Types.BASIC_ARRAY(Types.INT()),
+    ],
+)
+ACCEPTED, DUPLICATE, LATE, INVALID = 0, 1, 2, 3
 
 #: In thread mode PyFlink pickles tuple and row state values anyway (and its array converter
 #: cannot read a missing map entry), so composite state values are declared as pickled bytes.
@@ -131,8 +143,29 @@ class _Shard:
     dirty: set[int]
 
 
-def _row(routed: Routed) -> Row:
-    return Row(routed.topic, routed.key, routed.value)
+class _Outcomes:
+    """The outcomes of one batch, as the columns of OUTCOMES_TYPE."""
+
+    __slots__ = ("kinds", "keys", "values", "texts", "times", "occurrences")
+
+    def __init__(self) -> None:
+        self.kinds: list[int] = []
+        self.keys: list[str] = []
+        self.values: list[bytes] = []
+        self.texts: list[str] = []
+        self.times: list[int] = []
+        self.occurrences: list[int] = []
+
+    def add(self, kind: int, key: str, value: bytes, text: str = "", at: int = 0, occurrence: int = 0) -> None:
+        self.kinds.append(kind)
+        self.keys.append(key)
+        self.values.append(value)
+        self.texts.append(text)
+        self.times.append(at)
+        self.occurrences.append(occurrence)
+
+    def row(self) -> Row:
+        return Row(self.kinds, self.keys, self.values, self.texts, self.times, self.occurrences)
 
 
 class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
@@ -154,7 +187,6 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
         self._floor_state = ctx.get_state(ValueStateDescriptor("watermark_floor", Types.LONG()))
         group = ctx.get_metrics_group()
         self._c = {name: group.counter(name) for name in COUNTERS}
-        self._emitted = {t: group.add_group("topic", t).counter("emitted") for t in self._o.topics.outputs()}
         self._levels = {name: _Level(group.counter(name)) for name in LEVELS}
         self._since_levels = 0
 
@@ -240,84 +272,101 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
 
     # -- the decision ----------------------------------------------------------------------------
 
-    def process_element(self, value: Row, ctx: KeyedProcessFunction.Context) -> Iterator[Row]:
-        dedup_key, raw = value[0], bytes(value[4])
+    def process_element(self, batch: Row, ctx: KeyedProcessFunction.Context) -> Iterator[Row]:
+        """Decide every request of one shard's mini-batch (io.notifydedup.flink.ShardBatcher), in
+        order: one call, one output row (the batch's outcomes), state written once per batch."""
         opts = self._o
-        try:
-            if not dedup_key:
-                codec.decode_request(raw)  # raises with the reason
-                raise InvalidRecordError("not a well-formed NotificationRequest")
-            req = codec.decode_request(raw)
-            check_not_future(req.event_time, int(time.time() * 1000), opts.max_future_ms)
-        except InvalidRecordError as exc:
-            self._c["invalid"].inc()
-            logger.warning("invalid record", extra={"partition": value[2], "offset": value[3]})
-            pos = SourcePosition(value[1], value[2], value[3])
-            yield self._emit(routing.invalid_record(raw, exc.reason, pos, opts.topics))
-            return
         shard = _current_shard(ctx)
         state = self._shard(shard, ctx)
-        self._since_levels += 1
+        watermark = self._watermark(state, ctx.timer_service().current_watermark())
+        now_ms = int(time.time() * 1000)
+        counts = dict.fromkeys((*COUNTERS, "fresh"), 0)
+        written: dict[str, tuple[str, int, int, int]] = {}  # entries put in this batch
+        logged: list[tuple[int, str, int]] = []  # log_new entries of this batch
+        out = _Outcomes()
+        keys, times, ids, ttls, values = batch[0], batch[1], batch[2], batch[3], batch[7]
+        for i, dedup_key in enumerate(keys):
+            event_time, raw = times[i], values[i]
+            try:
+                if not dedup_key:  # the JVM could not parse it: decode again for the reason
+                    codec.decode_request(bytes(raw))
+                    raise InvalidRecordError("not a well-formed NotificationRequest")
+                check_not_future(event_time, now_ms, opts.max_future_ms)
+            except InvalidRecordError as exc:
+                counts["invalid"] += 1
+                pos = SourcePosition(batch[4][i], batch[5][i], batch[6][i])
+                logger.warning("invalid record", extra={"partition": pos.partition, "offset": pos.offset})
+                out.add(INVALID, "", routing.invalid_record(bytes(raw), exc.reason, pos, opts.topics).value)
+                continue
+            if event_time > self._newest_event_time:
+                self._newest_event_time = event_time
+            if is_late(event_time, watermark, opts.window) and opts.window.late_policy == LatePolicy.SIDE_OUTPUT:
+                counts["late"] += 1
+                reason = (
+                    f"event_time {event_time} is behind the watermark {watermark}"
+                    f" minus allowed lateness {opts.window.allowed_lateness_ms} ms"
+                )
+                out.add(LATE, dedup_key, raw, reason, watermark)
+                continue
+            hashed = key_hash(dedup_key)
+            entry: Accepted | None = None
+            if state.bloom.might_contain(hashed):
+                counts["state_reads"] += 1
+                stored = written.get(dedup_key)
+                if stored is None:
+                    stored = self._entries.get(dedup_key)
+                if stored is None:
+                    counts["bloom_false_positives"] += 1
+                else:
+                    entry = Accepted(*stored)
+            else:
+                counts["state_reads_skipped"] += 1
+            decision = decide(
+                entry,
+                notification_id=ids[i],
+                event_time=event_time,
+                window=window_ms(ttls[i], opts.window),
+                watermark=watermark,
+                cfg=opts.window,
+            )
+            new = decision.state
+            assert new is not None
+            written[dedup_key] = (new.notification_id, new.event_time, new.window_ms, new.occurrences)
+            if decision.verdict is Verdict.DUPLICATE:
+                original = decision.original
+                assert original is not None
+                counts["duplicates"] += 1
+                out.add(DUPLICATE, dedup_key, raw, original.notification_id, original.event_time, original.occurrences)
+                continue
+            counts["accepted"] += 1
+            exp = expiry(new, opts.window)
+            fresh = entry is None
+            state.dirty.add(state.bloom.add(hashed, exp))
+            logged.append((exp, dedup_key, int(fresh)))
+            state.held += fresh
+            counts["fresh"] += fresh
+            self._schedule(ctx, shard, exp)
+            out.add(ACCEPTED, dedup_key, raw)
+        if written:
+            self._entries.put_all(written)
+        if logged:
+            self._log_new.add_all(logged)
+            state.pending += len(logged)
+            if state.pending >= opts.fold_every:
+                self._fold(state)
+        self._count(counts)
+        yield out.row()
+
+    def _count(self, counts: dict[str, int]) -> None:
+        fresh = counts.pop("fresh")
+        for name, n in counts.items():
+            if n:
+                self._c[name].inc(n)
+        self._levels["keys_held"].add(fresh)
+        self._levels["newest_event_time"].set(self._newest_event_time)
+        self._since_levels += sum(counts.values())
         if self._since_levels >= LEVELS_EVERY:
             self._report_levels()
-        watermark = self._watermark(state, ctx.timer_service().current_watermark())
-        if req.event_time > self._newest_event_time:
-            self._newest_event_time = req.event_time
-            self._levels["newest_event_time"].set(req.event_time)
-        if is_late(req.event_time, watermark, opts.window) and opts.window.late_policy == LatePolicy.SIDE_OUTPUT:
-            self._c["late"].inc()
-            reason = (
-                f"event_time {req.event_time} is behind the watermark {watermark}"
-                f" minus allowed lateness {opts.window.allowed_lateness_ms} ms"
-            )
-            yield self._emit(routing.late_notice(req, watermark, reason, opts.topics))
-            return
-        hashed = key_hash(dedup_key)
-        entry: Accepted | None = None
-        if state.bloom.might_contain(hashed):
-            self._c["state_reads"].inc()
-            stored = self._entries.get(dedup_key)
-            if stored is None:
-                self._c["bloom_false_positives"].inc()
-            else:
-                entry = Accepted(*stored)
-        else:
-            self._c["state_reads_skipped"].inc()
-        decision = decide(
-            entry,
-            notification_id=req.notification_id,
-            event_time=req.event_time,
-            window=window_ms(req.dedup_ttl_sec, opts.window),
-            watermark=watermark,
-            cfg=opts.window,
-        )
-        new = decision.state
-        assert new is not None
-        self._entries.put(dedup_key, (new.notification_id, new.event_time, new.window_ms, new.occurrences))
-        if decision.verdict is Verdict.DUPLICATE:
-            assert decision.original is not None
-            self._c["duplicates"].inc()
-            yield self._emit(routing.duplicate_notice(req, dedup_key, decision.original, opts.topics))
-            return
-        self._c["accepted"].inc()
-        self._remember(ctx, shard, state, dedup_key, hashed, expiry(new, opts.window), fresh=entry is None)
-        for routed in routing.channel_messages(req, dedup_key, opts.topics):
-            yield self._emit(routed)
-
-    def _remember(
-        self, ctx: KeyedProcessFunction.Context, shard: int, state: _Shard, key: str, hashed: int,
-        exp: int, fresh: bool,
-    ) -> None:
-        """File a newly accepted key: Bloom filter, log, eviction timer."""
-        state.dirty.add(state.bloom.add(hashed, exp))
-        self._log_new.add((exp, key, int(fresh)))
-        if fresh:
-            state.held += 1
-            self._levels["keys_held"].add(1)
-        state.pending += 1
-        self._schedule(ctx, shard, exp)
-        if state.pending >= self._o.fold_every:
-            self._fold(state)
 
     def _schedule(self, ctx: Any, shard: int, exp: int) -> None:
         """One eviction timer per shard and grain (registering it again is a no-op in Flink)."""
@@ -326,10 +375,6 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
         if (shard, fire_at) not in self._timers:
             self._timers.add((shard, fire_at))
             ctx.timer_service().register_event_time_timer(fire_at)
-
-    def _emit(self, routed: Routed) -> Row:
-        self._emitted[routed.topic].inc()
-        return _row(routed)
 
     # -- eviction --------------------------------------------------------------------------------
 

@@ -2,8 +2,11 @@
 
     source (Kafka, raw bytes; event time and per-partition watermarks in the JVM)
       -> shard (JVM: dedup key and shard)
-      -> keyBy(shard) -> dedup (Python: decode and validate, lateness, Bloom prefilter, the
-         window rule, RocksDB state, eviction timers)
+      -> carry-watermark (JVM: the last watermark, restored with the job's state)
+      -> batch (JVM: mini-batches per shard, sent before every watermark and barrier)
+      -> keyBy(shard) -> dedup (Python: lateness, Bloom prefilter, the window rule, RocksDB
+         state, eviction timers; one outcome per request, one call per batch)
+      -> route (JVM: the Avro records each outcome means, on their topics)
       -> one exactly-once Kafka sink for every output topic
 
 Run it with ``dedupctl run`` on the local mini-cluster, or submit this file to a cluster with
@@ -31,16 +34,21 @@ from pyflink.datastream.connectors.kafka import (
 from pyflink.java_gateway import get_gateway
 
 from dedupctl.config import REPO_ROOT, Settings, load_settings
-from jobs.dedup_functions import RAW_TYPE, ROUTED_TYPE, SHARDED_TYPE, DedupOptions, DedupShard
+from jobs.dedup_functions import BATCH_TYPE, OUTCOMES_TYPE, RAW_TYPE, DedupOptions, DedupShard
 
 logger = logging.getLogger(__name__)
 
 JARS_DIR = REPO_ROOT / ".cache" / "jars" / "flink"
 JOB_NAME = "notify-dedup"
+#: the JVM operator that encodes and routes each decision; it counts records per topic
+ROUTE_OPERATOR = "route"
 #: stable operator ids: savepoints map state by these; never change them
 UID_SOURCE = "requests-source"
 UID_SHARD = "shard-requests"
+UID_CARRY = "carry-watermark"
+UID_BATCH = "batch-by-shard"
 UID_DEDUP = "dedup-by-key"
+UID_ROUTE = "route-outcomes"
 UID_SINK = "outputs-sink"
 
 
@@ -134,16 +142,33 @@ def build_pipeline(env: StreamExecutionEnvironment, cfg: Settings) -> None:
     # expect (Row(key, payload), KeyByKeySelector), so dedup is the only Python operator
     j_sharded = raw._j_data_stream.map(jvm.io.notifydedup.flink.ShardedRequests(cfg.dedup.shards))
     sharded = DataStream(j_sharded).name("shard").uid(UID_SHARD)
-    j_keyed = sharded._j_data_stream.keyBy(
+    # watermarks are not checkpointed: carry the last one across a restore (WatermarkCarry.java)
+    j_carried = sharded._j_data_stream.transform(
+        "carry-watermark", j_sharded.getType(), jvm.io.notifydedup.flink.WatermarkCarry()
+    )
+    carried = DataStream(j_carried).uid(UID_CARRY)
+    # one call into Python per shard and mini-batch, never across a watermark or barrier
+    j_batched = carried._j_data_stream.transform(
+        "batch", jvm.io.notifydedup.flink.ShardBatcher.batchType(),
+        jvm.io.notifydedup.flink.ShardBatcher(cfg.dedup.batch_max_requests, cfg.dedup.batch_max_delay_ms),
+    )
+    batched = DataStream(j_batched).uid(UID_BATCH)
+    j_keyed = batched._j_data_stream.keyBy(
         jvm.org.apache.flink.streaming.api.functions.python.KeyByKeySelector(),
         Types.ROW([Types.INT()]).get_java_type_info(),
     )
     outputs = (
-        KeyedStream(j_keyed, SHARDED_TYPE, sharded)
-        .process(DedupShard(dedup_options(cfg)), ROUTED_TYPE)
+        KeyedStream(j_keyed, BATCH_TYPE, batched)
+        .process(DedupShard(dedup_options(cfg)), OUTCOMES_TYPE)
         .name("dedup")
         .uid(UID_DEDUP)
     )
+    # the records each decision means, encoded in the JVM (RouteOutcomes.java)
+    j_routed = outputs._j_data_stream.flatMap(
+        jvm.io.notifydedup.flink.RouteOutcomes(to_java_strings(cfg.topics.outputs())),
+        jvm.io.notifydedup.flink.RouteOutcomes.routedType(),
+    )
+    routed = DataStream(j_routed).name(ROUTE_OPERATOR).uid(UID_ROUTE)
 
     sink_builder = (
         KafkaSink.builder()
@@ -153,11 +178,21 @@ def build_pipeline(env: StreamExecutionEnvironment, cfg: Settings) -> None:
         .set_property("transaction.timeout.ms", str(cfg.flink.transaction_timeout_ms))
         .set_property("enable.idempotence", "true")
         .set_property("compression.type", "lz4")
+        .set_property("linger.ms", "10")
+        .set_property("batch.size", "262144")
     )
     for key, value in props.items():
         sink_builder.set_property(key, value)
     sink_builder._j_builder.setRecordSerializer(jvm.io.notifydedup.flink.RoutedRecordSerializer())
-    outputs.sink_to(sink_builder.build()).name("outputs").uid(UID_SINK)
+    routed.sink_to(sink_builder.build()).name("outputs").uid(UID_SINK)
+
+
+def to_java_strings(values: list[str]) -> object:
+    gateway = get_gateway()
+    array = gateway.new_array(gateway.jvm.String, len(values))
+    for i, v in enumerate(values):
+        array[i] = v
+    return array
 
 
 def export_python_path() -> None:

@@ -204,7 +204,8 @@ def test_metric_values_after_the_scenario(ops_run):
     names = ["accepted", "duplicates", "late", "invalid", "state_reads", "state_reads_skipped",
              "bloom_false_positives", "evicted", "keys_held", "newest_event_time", "currentInputWatermark"]
     emitted = [f"topic.{rest_name(t)}.emitted" for t in ops_run.topics.outputs()]
-    m = rest.operator_metrics(ops_run.job_id, "dedup", names + emitted)
+    m = rest.operator_metrics(ops_run.job_id, "dedup", names)
+    m |= rest.operator_metrics(ops_run.job_id, "route", emitted)
     assert (m["accepted"], m["duplicates"], m["late"], m["invalid"]) == (80, 20, 2, 3)
     # every on-time request looked its key up once; each repeat had to read state
     assert m["state_reads"] + m["state_reads_skipped"] == 100
@@ -230,11 +231,13 @@ def test_status_json(ops_run, capsys):
     assert s["restarts"] == 0
     assert s["uptime_ms"] > 0
     ops = {o["operator"]: o for o in s["operators"]}
-    assert list(ops) == ["Source: requests", "shard", "dedup", "outputs: Writer", "outputs: Committer"]
+    assert list(ops) == [
+        "Source: requests", "shard", "carry-watermark", "dedup", "route", "outputs: Writer", "outputs: Committer"
+    ]
     assert ops["dedup"]["watermark"] == WATERMARK
     assert ops["dedup"]["lag_event_ms"] == 60_001
     assert ops["dedup"]["lag_wall_ms"] == s["now"] - WATERMARK
-    assert ops["shard"]["watermark"] == ops["outputs: Writer"]["watermark"] == WATERMARK
+    assert ops["shard"]["watermark"] == ops["route"]["watermark"] == ops["outputs: Writer"]["watermark"] == WATERMARK
     assert s["totals"] == {
         "accepted": 80, "duplicates": 20, "late": 2, "invalid": 3, "evicted": 0,
         "state_reads": s["totals"]["state_reads"], "state_reads_skipped": s["totals"]["state_reads_skipped"],

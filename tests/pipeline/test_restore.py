@@ -100,3 +100,44 @@ def test_state_and_bloom_survive_savepoints_and_rescale(
     assert len(out[topics.duplicates]) == len(expected)
     for other in (topics.late, topics.invalid, topics.sms, topics.email):
         assert out[other] == []
+
+
+def test_lateness_survives_restore_before_any_new_watermark(
+    kafka_bootstrap, topic_factory, settings_factory, job_factory, tmp_path
+):
+    """Flink does not checkpoint watermarks: a request behind the watermark of the run that took
+    the savepoint is late in the resumed run too, even as its first record, in a shard that has
+    never persisted a watermark floor (WatermarkCarry.java). 2 -> 1 exercises the union state."""
+    topics = topic_factory(partitions=2)
+    cfg2 = settings_factory(topics, parallelism=2)
+    cfg1 = cfg2.with_overrides(flink={"parallelism": 1})
+    minute = 60_000
+
+    def req(name: str, event_time: int) -> NotificationRequest:
+        return NotificationRequest(
+            notification_id=name, user_id=f"u-{name}", template_id="order_shipped", params={},
+            channels=(Channel.PUSH,), event_time=event_time,
+        )
+
+    # run 1: both partitions reach BASE + 10 min; the watermark is BASE + 9 min - 1 ms
+    job = job_factory(cfg2)
+    first = [req("a0", BASE), req("a1", BASE), req("b0", BASE + 10 * minute), req("b1", BASE + 10 * minute)]
+    produce(kafka_bootstrap, topics.requests,
+            [(r.user_id.encode(), codec.encode_request(r), int(r.notification_id[1])) for r in first])
+    wait_for_total(kafka_bootstrap, topics, 4)
+    savepoint = stop(cfg2, str(job.get_job_id()), tmp_path / "sp")
+
+    # run 2: its first record is 8 minutes behind that watermark
+    job_factory(cfg1, savepoint)
+    late = req("c", BASE + 1 * minute)
+    produce(kafka_bootstrap, topics.requests, [(late.user_id.encode(), codec.encode_request(late), 0)])
+    wait_for_total(kafka_bootstrap, topics, 5)
+    time.sleep(3)
+
+    out = read_outputs(kafka_bootstrap, topics)
+    assert sorted(v["notification_id"] for _, v in out[topics.push]) == ["a0", "a1", "b0", "b1"]
+    assert [(v["request"]["notification_id"], v["watermark"]) for _, v in out[topics.late]] == [
+        ("c", BASE + 9 * minute - 1)
+    ]
+    for other in (topics.duplicates, topics.invalid, topics.sms, topics.email):
+        assert out[other] == []

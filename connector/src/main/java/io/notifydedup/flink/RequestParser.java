@@ -9,8 +9,9 @@ import java.util.LinkedHashMap;
 import java.util.Map;
 
 /**
- * Reads the fields of a schemaless Avro {@code NotificationRequest} that the JVM side needs:
- * its event time (for watermarks) and its dedup key (for routing to a shard).
+ * Reads a schemaless Avro {@code NotificationRequest}: its event time (for watermarks), its dedup
+ * key (for routing to a shard), what the Python decision needs, and what the output records
+ * repeat (see {@link Outputs}).
  *
  * <p>It follows schemas/notification_request.avsc field by field and checks the structure as
  * strictly as the Python decoder does (lengths, UTF-8, enum ranges, union branches, non-empty
@@ -31,11 +32,16 @@ final class RequestParser {
 
     /** The fields of a structurally valid request. */
     static final class Fields {
+        String notificationId;
         String userId;
         String templateId;
         Map<String, String> params;
+        int[] channels; // enum indexes, each once, in first-seen order
+        int priority;
+        int category;
         long eventTime;
         String dedupKey; // null or empty when not given
+        Long dedupTtlSec; // null when not given
     }
 
     private RequestParser() {}
@@ -45,10 +51,10 @@ final class RequestParser {
         try {
             Reader r = new Reader(buf);
             Fields f = new Fields();
-            String notificationId = r.string();
+            f.notificationId = r.string();
             f.userId = r.string();
             f.templateId = r.string();
-            if (notificationId.isEmpty() || f.userId.isEmpty() || f.templateId.isEmpty()) {
+            if (f.notificationId.isEmpty() || f.userId.isEmpty() || f.templateId.isEmpty()) {
                 return null;
             }
             f.params = new LinkedHashMap<>();
@@ -58,22 +64,29 @@ final class RequestParser {
                     f.params.put(key, r.string()); // a repeated key keeps its last value
                 }
             }
-            long channels = 0;
+            int[] seen = new int[CHANNELS];
+            int distinct = 0;
             for (long n = r.blockCount(); n != 0; n = r.blockCount()) {
-                for (long i = 0; i < n; i++, channels++) {
-                    r.enumIndex(CHANNELS);
+                for (long i = 0; i < n; i++) {
+                    int c = (int) r.enumIndex(CHANNELS);
+                    boolean known = false;
+                    for (int j = 0; j < distinct; j++) {
+                        known |= seen[j] == c;
+                    }
+                    if (!known) {
+                        seen[distinct++] = c;
+                    }
                 }
             }
-            if (channels == 0) {
+            if (distinct == 0) {
                 return null;
             }
-            r.enumIndex(PRIORITIES);
-            r.enumIndex(CATEGORIES);
+            f.channels = java.util.Arrays.copyOf(seen, distinct);
+            f.priority = (int) r.enumIndex(PRIORITIES);
+            f.category = (int) r.enumIndex(CATEGORIES);
             f.eventTime = r.varLong();
             f.dedupKey = r.enumIndex(2) == 1 ? r.string() : null;
-            if (r.enumIndex(2) == 1) {
-                r.varLong();
-            }
+            f.dedupTtlSec = r.enumIndex(2) == 1 ? r.varLong() : null;
             return r.atEnd() ? f : null;
         } catch (IllegalStateException | ArrayIndexOutOfBoundsException e) {
             return null;

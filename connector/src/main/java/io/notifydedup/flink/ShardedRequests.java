@@ -17,7 +17,8 @@ import java.util.Map;
  * Resolves each request's dedup key and the shard it belongs to, in the JVM, so that the only
  * Python operator on the path is the dedup decision itself.
  *
- * <p>Emits {@code Row(shard, Row(dedup_key, topic, partition, offset, value))}, the shape
+ * <p>Emits {@code Row(shard, Row(dedup_key, event_time, notification_id, dedup_ttl_sec, topic,
+ * partition, offset, value))}, the shape
  * PyFlink's keyed operators take ({@code KeyByKeySelector} keys by field 0). The dedup key is
  * {@code dedup_key} when given and non-empty, else the first 32 hex characters of
  * {@code sha256(user_id + "|" + template_id + "|" + canonical_json(params))}, byte for byte the
@@ -37,8 +38,13 @@ public final class ShardedRequests implements MapFunction<Row, Row>, ResultTypeQ
 
     public static TypeInformation<Row> payloadType() {
         return Types.ROW_NAMED(
-                new String[] {"dedup_key", "topic", "partition", "offset", "value"},
+                new String[] {
+                    "dedup_key", "event_time", "notification_id", "dedup_ttl_sec", "topic", "partition", "offset", "value"
+                },
                 Types.STRING,
+                Types.LONG,
+                Types.STRING,
+                Types.LONG,
                 Types.STRING,
                 Types.INT,
                 Types.LONG,
@@ -54,9 +60,14 @@ public final class ShardedRequests implements MapFunction<Row, Row>, ResultTypeQ
     public Row map(Row raw) throws Exception {
         byte[] value = (byte[]) raw.getField(3);
         RequestParser.Fields f = RequestParser.parse(value);
-        String key = f == null ? "" : dedupKey(f);
-        int shard = f == null ? (int) Math.floorMod((Long) raw.getField(2), (long) shards) : shardOf(key, shards);
-        return Row.of(shard, Row.of(key, raw.getField(0), raw.getField(1), raw.getField(2), value));
+        if (f == null) {
+            int shard = (int) Math.floorMod((Long) raw.getField(2), (long) shards);
+            return Row.of(shard, Row.of("", 0L, "", null, raw.getField(0), raw.getField(1), raw.getField(2), value));
+        }
+        String key = dedupKey(f);
+        return Row.of(
+                shardOf(key, shards),
+                Row.of(key, f.eventTime, f.notificationId, f.dedupTtlSec, raw.getField(0), raw.getField(1), raw.getField(2), value));
     }
 
     static String dedupKey(RequestParser.Fields f) throws NoSuchAlgorithmException {
