@@ -58,7 +58,7 @@ logger = logging.getLogger("bench")
 
 MODES: dict[str, dict[str, Any]] = {
     # quick: checks the harness and gives rough numbers in under 5 minutes
-    "quick": {"backlog": 40_000, "live_s": 5.0, "max_live_rate": 10_000, "backlog_timeout_s": 120.0},
+    "quick": {"backlog": 150_000, "live_s": 5.0, "max_live_rate": 10_000, "backlog_timeout_s": 120.0},
     "full": {"backlog": 600_000, "live_s": 30.0, "max_live_rate": 25_000, "backlog_timeout_s": 1800.0},
 }
 

@@ -220,7 +220,8 @@ class DedupJob(FlinkSystem):
         return "\n".join([
             "[kafka]", f'bootstrap_servers = "{ctx.bootstrap}"', f'group_id = "{self.prefix(ctx)}"',
             "[topics]", topics,
-            "[flink]", f'checkpoint_dir = "{ctx.work / self.key / "checkpoints"}"',
+            "[flink]", f"parallelism = {self.parallelism}",
+            f'checkpoint_dir = "{ctx.work / self.key / "checkpoints"}"',
             f"checkpoint_interval_ms = {ctx.checkpoint_ms}", f"rest_port = {rest_port}",
             f'transactional_id_prefix = "{self.prefix(ctx)}-{uuid.uuid4().hex[:6]}"',
             "transaction_timeout_ms = 600000", "",
@@ -469,7 +470,7 @@ def ensure_redis_server(say: Any) -> str | None:
 
 
 ALL = ("job-p1", "job-p2", "job-p2-tm2", "quix", "flink-sql-p1", "flink-sql-p2", "redis", "memory")
-QUICK = ("job-p1", "job-p2", "job-p2-tm2", "quix", "flink-sql-p1", "redis", "memory")
+QUICK = ("job-p1", "job-p2", "quix", "flink-sql-p1", "redis", "memory")
 
 
 def make(key: str, sql_variant: str = "rownumber") -> System:

@@ -57,6 +57,11 @@ class KafkaSettings:
     :param group_id: consumer group of the dedup job's source
     :param local_port: client port of ``dedupctl kafka start``
     :param local_controller_port: KRaft controller port of the local broker
+    :param sink_compression: compression.type of the job's sink (none, lz4, zstd, ...); none by
+        default: on a CPU-bound TaskManager the per-batch set-up of lz4 cost more than a quarter
+        of the dedup task's time (bench/README.md)
+    :param sink_linger_ms: linger.ms of the job's sink: bigger producer batches, at most this
+        much more latency
     """
 
     bootstrap_servers: str = "127.0.0.1:9092"
@@ -70,6 +75,8 @@ class KafkaSettings:
     group_id: str = "notify-dedup"
     local_port: int = 9092
     local_controller_port: int = 9093
+    sink_compression: str = "none"
+    sink_linger_ms: int = 10
 
     def client_config(self) -> dict[str, str]:
         """librdkafka (confluent-kafka) settings."""

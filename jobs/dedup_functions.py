@@ -81,8 +81,10 @@ ACCEPTED, DUPLICATE, LATE, INVALID = 0, 1, 2, 3
 _PICKLED = Types.PICKLED_BYTE_ARRAY()
 #: version of the filter snapshot layout; another version is rebuilt from the entries
 BLOOM_FORMAT = 2
-#: records between two refreshes of the level metrics
+#: records, and seconds, between two refreshes of the Bloom level metrics (a refresh counts the
+#: set bits of every filter of the subtask)
 LEVELS_EVERY = 1_000
+LEVELS_MIN_INTERVAL_S = 1.0
 #: how far a shard's watermark advances before the new value is written to state
 WATERMARK_PERSIST_STEP_MS = 1_000
 
@@ -189,6 +191,7 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
         self._c = {name: group.counter(name) for name in COUNTERS}
         self._levels = {name: _Level(group.counter(name)) for name in LEVELS}
         self._since_levels = 0
+        self._levels_at = time.monotonic()
 
     def _fill_ratio(self) -> float:
         if not self._shards:
@@ -202,6 +205,7 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
         self._levels["bloom_fill_ratio_pct"].set(int(100 * self._fill_ratio()))
         self._levels["newest_event_time"].set(self._newest_event_time)
         self._since_levels = 0
+        self._levels_at = time.monotonic()
 
     # -- a shard's memory, from state ------------------------------------------------------------
 
@@ -365,7 +369,7 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
         self._levels["keys_held"].add(fresh)
         self._levels["newest_event_time"].set(self._newest_event_time)
         self._since_levels += sum(counts.values())
-        if self._since_levels >= LEVELS_EVERY:
+        if self._since_levels >= LEVELS_EVERY and time.monotonic() - self._levels_at >= LEVELS_MIN_INTERVAL_S:
             self._report_levels()
 
     def _schedule(self, ctx: Any, shard: int, exp: int) -> None:

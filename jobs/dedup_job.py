@@ -177,8 +177,8 @@ def build_pipeline(env: StreamExecutionEnvironment, cfg: Settings) -> None:
         .set_transactional_id_prefix(cfg.flink.transactional_id_prefix)
         .set_property("transaction.timeout.ms", str(cfg.flink.transaction_timeout_ms))
         .set_property("enable.idempotence", "true")
-        .set_property("compression.type", "lz4")
-        .set_property("linger.ms", "10")
+        .set_property("compression.type", kafka.sink_compression)
+        .set_property("linger.ms", str(kafka.sink_linger_ms))
         .set_property("batch.size", "262144")
     )
     for key, value in props.items():

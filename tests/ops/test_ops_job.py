@@ -232,7 +232,8 @@ def test_status_json(ops_run, capsys):
     assert s["uptime_ms"] > 0
     ops = {o["operator"]: o for o in s["operators"]}
     assert list(ops) == [
-        "Source: requests", "shard", "carry-watermark", "dedup", "route", "outputs: Writer", "outputs: Committer"
+        "Source: requests", "shard", "carry-watermark", "batch", "dedup", "route", "outputs: Writer",
+        "outputs: Committer",
     ]
     assert ops["dedup"]["watermark"] == WATERMARK
     assert ops["dedup"]["lag_event_ms"] == 60_001
