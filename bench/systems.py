@@ -277,7 +277,7 @@ class DedupJobCluster(DedupJob):
 
     In thread mode every Python operator of one JVM shares one interpreter and its GIL, so on the
     mini-cluster (one JVM) a second subtask adds no Python throughput. Here each subtask has a
-    TaskManager, and so an interpreter, of its own: what a deployment does (docs/operations.md).
+    TaskManager, and so an interpreter, of its own, as on a cluster with a TaskManager per core.
     The JobManager and TaskManagers run in the foreground under the harness; the job is submitted
     with ``flink run -py``.
     """

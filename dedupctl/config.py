@@ -57,9 +57,8 @@ class KafkaSettings:
     :param group_id: consumer group of the dedup job's source
     :param local_port: client port of ``dedupctl kafka start``
     :param local_controller_port: KRaft controller port of the local broker
-    :param sink_compression: compression.type of the job's sink (none, lz4, zstd, ...); none by
-        default: on a CPU-bound TaskManager the per-batch set-up of lz4 cost more than a quarter
-        of the dedup task's time (bench/README.md)
+    :param sink_compression: compression.type of the job's sink (none, lz4, zstd, ...); lz4 or
+        zstd trade the TaskManager's CPU for smaller topics
     :param sink_linger_ms: linger.ms of the job's sink: bigger producer batches, at most this
         much more latency
     """
