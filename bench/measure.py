@@ -35,19 +35,8 @@ logger = logging.getLogger(__name__)
 # -- parsing output records ------------------------------------------------------------------
 
 
-def _read_long(buf: bytes, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-
-
 def _read_str(buf: bytes, pos: int) -> tuple[str, int]:
-    n, pos = _read_long(buf, pos)
+    n, pos = codec.read_long(buf, pos)
     return buf[pos:pos + n].decode("utf-8"), pos + n
 
 
@@ -66,7 +55,7 @@ _DN_FAST = [f["name"] for f in _DN[:3]] == ["notification_id", "dedup_key", "ori
 def parse_channel_message(value: bytes, lane: str) -> Item:
     if _CM_FAST:
         _, pos = _read_str(value, 0)
-        channel, pos = _read_long(value, pos)
+        channel, pos = codec.read_long(value, pos)
         nid, _ = _read_str(value, pos)
         return ("a", nid, _CHANNELS[channel], lane)
     rec = codec.decode("channel_message", value)

@@ -88,7 +88,8 @@ def _check_indexes(stem: str, raw: bytes) -> None:
     _skip(_expanded(stem), memoryview(raw), 0)
 
 
-def _varint(raw: memoryview, pos: int) -> tuple[int, int]:
+def read_long(raw: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """The Avro long (zig-zag varint) at ``pos``, and the position after it."""
     value = shift = 0
     while True:
         byte = raw[pos]
@@ -100,7 +101,7 @@ def _varint(raw: memoryview, pos: int) -> tuple[int, int]:
 
 
 def _index(raw: memoryview, pos: int, size: int, what: str) -> tuple[int, int]:
-    index, pos = _varint(raw, pos)
+    index, pos = read_long(raw, pos)
     if not 0 <= index < size:
         raise ValueError(f"{what} index {index} out of range [0, {size})")
     return index, pos
@@ -124,24 +125,24 @@ def _skip(schema: Any, raw: memoryview, pos: int) -> int:
     if kind == "enum":
         return _index(raw, pos, len(schema["symbols"]), f"enum {schema['name']}")[1]
     if kind in ("array", "map"):
-        count, pos = _varint(raw, pos)
+        count, pos = read_long(raw, pos)
         while count:
             if count < 0:
                 count = -count
-                pos = _varint(raw, pos)[1]  # the block's size in bytes
+                pos = read_long(raw, pos)[1]  # the block's size in bytes
             for _ in range(count):
                 if kind == "map":
                     pos = _skip("string", raw, pos)
                 pos = _skip(schema["items" if kind == "array" else "values"], raw, pos)
-            count, pos = _varint(raw, pos)
+            count, pos = read_long(raw, pos)
         return pos
     if kind == "fixed":
         return pos + schema["size"]
     if kind in ("string", "bytes"):
-        size, pos = _varint(raw, pos)
+        size, pos = read_long(raw, pos)
         return pos + size
     if kind in ("int", "long"):
-        return _varint(raw, pos)[1]
+        return read_long(raw, pos)[1]
     return pos + {"null": 0, "boolean": 1, "float": 4, "double": 8}[kind]
 
 

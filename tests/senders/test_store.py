@@ -23,6 +23,7 @@ from operators.senders.transitions import OutcomePlan
 from tests.senders.conftest import channel_message
 
 SMS, NORMAL = Channel.SMS, Lane.NORMAL
+SENT = OutcomePlan(DeliveryStatus.SENT)
 
 
 @pytest.fixture
@@ -46,18 +47,25 @@ def _claim(
     return decision.action
 
 
+def _finish(
+    store: StatusStore,
+    now: int,
+    owner: str = "w1",
+    attempt: int = 1,
+    plan: OutcomePlan = SENT,
+    error: str | None = None,
+    **extra: object,
+) -> bool:
+    return store.finish(
+        message_key="k:sms", attempt=attempt, owner=owner, plan=plan, provider="p", error=error, now_ms=now,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
 def test_claim_then_sent_then_a_replay_is_skipped(store: StatusStore) -> None:
     assert _claim(store) is ClaimAction.CLAIM
     assert store.get("k:sms").status is DeliveryStatus.SENDING  # type: ignore[union-attr]
-    assert store.finish(
-        message_key="k:sms",
-        attempt=1,
-        owner="w1",
-        plan=OutcomePlan(DeliveryStatus.SENT),
-        provider="p",
-        error=None,
-        now_ms=1100,
-    )
+    assert _finish(store, now=1100)
     assert _claim(store, now=1200) is ClaimAction.REPUBLISH  # not yet marked published
     store.mark_published([("k:sms", 1)])
     assert _claim(store, now=1300) is ClaimAction.SKIP
@@ -69,47 +77,15 @@ def test_a_live_claim_waits_and_an_expired_one_moves(store: StatusStore) -> None
     assert _claim(store, now=1200, owner="w2") is ClaimAction.WAIT
     assert _claim(store, now=1500, owner="w2") is ClaimAction.CLAIM  # lease (500 ms) ran out
     # the first worker's late outcome is refused: w2 holds the claim now
-    assert not store.finish(
-        message_key="k:sms",
-        attempt=1,
-        owner="w1",
-        plan=OutcomePlan(DeliveryStatus.SENT),
-        provider="p",
-        error=None,
-        now_ms=1600,
-    )
-    assert store.finish(
-        message_key="k:sms",
-        attempt=1,
-        owner="w2",
-        plan=OutcomePlan(DeliveryStatus.SENT),
-        provider="p",
-        error=None,
-        now_ms=1600,
-    )
+    assert not _finish(store, now=1600)
+    assert _finish(store, now=1600, owner="w2")
 
 
 def test_publishing_is_marked_per_attempt(store: StatusStore) -> None:
     _claim(store)
-    store.finish(
-        message_key="k:sms",
-        attempt=1,
-        owner="w1",
-        plan=OutcomePlan(DeliveryStatus.QUEUED, 3000),
-        provider="p",
-        error="503",
-        now_ms=1000,
-    )
+    _finish(store, now=1000, plan=OutcomePlan(DeliveryStatus.QUEUED, 3000), error="503")
     assert _claim(store, attempt=2, now=3000) is ClaimAction.CLAIM
-    store.finish(
-        message_key="k:sms",
-        attempt=2,
-        owner="w1",
-        plan=OutcomePlan(DeliveryStatus.SENT),
-        provider="p",
-        error=None,
-        now_ms=3100,
-    )
+    _finish(store, now=3100, attempt=2)
     store.mark_published([("k:sms", 1)])  # late: must not hide attempt 2's unpublished outcome
     assert store.get("k:sms").unpublished  # type: ignore[union-attr]
 
@@ -119,16 +95,7 @@ def test_a_deactivated_address_is_remembered_by_hash(store: StatusStore) -> None
     plan = OutcomePlan(
         DeliveryStatus.FAILED, dead_letter=DeadLetterReason.PERMANENT_FAILURE, deactivate_address=True
     )
-    store.finish(
-        message_key="k:sms",
-        attempt=1,
-        owner="w1",
-        plan=plan,
-        provider="p",
-        error="400",
-        now_ms=1,
-        deactivate=(SMS, "+15550100"),
-    )
+    _finish(store, now=1, plan=plan, error="400", deactivate=(SMS, "+15550100"))
     assert store.is_inactive(SMS, "+15550100")
     assert not store.is_inactive(Channel.EMAIL, "+15550100")
     assert not store.is_inactive(SMS, "+15550101")
