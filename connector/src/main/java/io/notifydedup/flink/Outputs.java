@@ -20,10 +20,7 @@ final class Outputs {
         Writer w = new Writer(64 + 2 * dedupKey.length());
         w.string(dedupKey + ":" + CHANNELS[channel]);
         w.varLong(channel);
-        w.string(f.notificationId).string(f.userId).string(f.templateId);
-        params(w, f.params);
-        channels(w, f.channels);
-        w.varLong(f.priority).varLong(f.category).varLong(f.eventTime);
+        requestFields(w, f);
         w.string(dedupKey);
         optionalLong(w, f.dedupTtlSec);
         return w.bytes();
@@ -48,16 +45,21 @@ final class Outputs {
 
     /** NotificationRequest, normalized. */
     static void request(Writer w, RequestParser.Fields f) {
-        w.string(f.notificationId).string(f.userId).string(f.templateId);
-        params(w, f.params);
-        channels(w, f.channels);
-        w.varLong(f.priority).varLong(f.category).varLong(f.eventTime);
+        requestFields(w, f);
         if (f.dedupKey == null) {
             w.varLong(0);
         } else {
             w.varLong(1).string(f.dedupKey);
         }
         optionalLong(w, f.dedupTtlSec);
+    }
+
+    /** notification_id to event_time: the fields a ChannelMessage shares with its request. */
+    private static void requestFields(Writer w, RequestParser.Fields f) {
+        w.string(f.notificationId).string(f.userId).string(f.templateId);
+        params(w, f.params);
+        channels(w, f.channels);
+        w.varLong(f.priority).varLong(f.category).varLong(f.eventTime);
     }
 
     private static void params(Writer w, Map<String, String> params) {

@@ -2,7 +2,6 @@ package io.notifydedup.flink;
 
 import org.apache.flink.api.common.functions.OpenContext;
 import org.apache.flink.api.common.functions.RichFlatMapFunction;
-import org.apache.flink.api.common.typeinfo.BasicArrayTypeInfo;
 import org.apache.flink.api.common.typeinfo.TypeInformation;
 import org.apache.flink.api.common.typeinfo.Types;
 import org.apache.flink.api.java.typeutils.ResultTypeQueryable;
@@ -98,17 +97,6 @@ public final class RouteOutcomes extends RichFlatMapFunction<Row, Row> implement
         for (int i = 0; i < kinds.length; i++) {
             route(kinds[i], keys[i], values[i], texts[i], times[i], occurrences[i], out);
         }
-    }
-
-    public static TypeInformation<Row> outcomesType() {
-        return Types.ROW_NAMED(
-                new String[] {"kind", "dedup_key", "value", "text", "time", "occurrence"},
-                BasicArrayTypeInfo.INT_ARRAY_TYPE_INFO,
-                BasicArrayTypeInfo.STRING_ARRAY_TYPE_INFO,
-                Types.OBJECT_ARRAY(Types.PRIMITIVE_ARRAY(Types.BYTE)),
-                BasicArrayTypeInfo.STRING_ARRAY_TYPE_INFO,
-                BasicArrayTypeInfo.LONG_ARRAY_TYPE_INFO,
-                BasicArrayTypeInfo.INT_ARRAY_TYPE_INFO);
     }
 
     private void route(int kind, String dedupKey, byte[] value, String text, long time, int occurrence, Collector<Row> out) {

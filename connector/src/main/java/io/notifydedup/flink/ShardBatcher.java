@@ -1,14 +1,17 @@
 package io.notifydedup.flink;
 
 import org.apache.flink.api.common.typeinfo.BasicArrayTypeInfo;
+import org.apache.flink.api.common.typeinfo.BasicTypeInfo;
 import org.apache.flink.api.common.typeinfo.TypeInformation;
 import org.apache.flink.api.common.typeinfo.Types;
+import org.apache.flink.api.java.typeutils.RowTypeInfo;
 import org.apache.flink.streaming.api.operators.AbstractStreamOperator;
 import org.apache.flink.streaming.api.operators.OneInputStreamOperator;
 import org.apache.flink.streaming.api.watermark.Watermark;
 import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
 import org.apache.flink.types.Row;
 
+import java.lang.reflect.Array;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
@@ -51,48 +54,37 @@ public final class ShardBatcher extends AbstractStreamOperator<Row> implements O
         this.maxDelayMs = maxDelayMs;
     }
 
-    /** {@code Row(shard, Row(column...))}, the columns of {@link ShardedRequests#payloadType()}. */
+    private static final RowTypeInfo REQUEST = (RowTypeInfo) ShardedRequests.payloadType();
+
+    /** {@code Row(shard, Row(column...))}: a column per field of {@link ShardedRequests#payloadType()}. */
     public static TypeInformation<Row> batchType() {
-        return Types.ROW(
-                Types.INT,
-                Types.ROW_NAMED(
-                        new String[] {
-                            "dedup_key", "event_time", "notification_id", "dedup_ttl_sec", "topic", "partition", "offset",
-                            "value"
-                        },
-                        BasicArrayTypeInfo.STRING_ARRAY_TYPE_INFO,
-                        BasicArrayTypeInfo.LONG_ARRAY_TYPE_INFO,
-                        BasicArrayTypeInfo.STRING_ARRAY_TYPE_INFO,
-                        BasicArrayTypeInfo.LONG_ARRAY_TYPE_INFO,
-                        BasicArrayTypeInfo.STRING_ARRAY_TYPE_INFO,
-                        BasicArrayTypeInfo.INT_ARRAY_TYPE_INFO,
-                        BasicArrayTypeInfo.LONG_ARRAY_TYPE_INFO,
-                        Types.OBJECT_ARRAY(Types.PRIMITIVE_ARRAY(Types.BYTE))));
+        TypeInformation<?>[] columns = new TypeInformation<?>[REQUEST.getArity()];
+        for (int c = 0; c < columns.length; c++) {
+            columns[c] = columnType(REQUEST.getTypeAt(c));
+        }
+        return Types.ROW(Types.INT, Types.ROW_NAMED(REQUEST.getFieldNames(), columns));
+    }
+
+    /** A boxed basic type as its basic array ({@code String[]}, {@code Long[]}), else an object array. */
+    private static TypeInformation<?> columnType(TypeInformation<?> field) {
+        if (field instanceof BasicTypeInfo) {
+            return BasicArrayTypeInfo.getInfoFor(Array.newInstance(field.getTypeClass(), 0).getClass());
+        }
+        return Types.OBJECT_ARRAY(field);
     }
 
     /** The requests as columns, each of the type {@link #batchType()} gives it. */
     static Row columns(List<Row> requests) {
         int n = requests.size();
-        String[] keys = new String[n];
-        Long[] times = new Long[n];
-        String[] ids = new String[n];
-        Long[] ttls = new Long[n];
-        String[] topics = new String[n];
-        Integer[] partitions = new Integer[n];
-        Long[] offsets = new Long[n];
-        byte[][] values = new byte[n][];
-        for (int i = 0; i < n; i++) {
-            Row r = requests.get(i);
-            keys[i] = (String) r.getField(0);
-            times[i] = (Long) r.getField(1);
-            ids[i] = (String) r.getField(2);
-            ttls[i] = (Long) r.getField(3);
-            topics[i] = (String) r.getField(4);
-            partitions[i] = (Integer) r.getField(5);
-            offsets[i] = (Long) r.getField(6);
-            values[i] = (byte[]) r.getField(7);
+        Row out = new Row(REQUEST.getArity());
+        for (int c = 0; c < REQUEST.getArity(); c++) {
+            Object[] column = (Object[]) Array.newInstance(REQUEST.getTypeAt(c).getTypeClass(), n);
+            for (int i = 0; i < n; i++) {
+                column[i] = requests.get(i).getField(c);
+            }
+            out.setField(c, column);
         }
-        return Row.of(keys, times, ids, ttls, topics, partitions, offsets, values);
+        return out;
     }
 
     @Override
