@@ -36,7 +36,7 @@ test-fast: setup
 	$(BIN)/python -m pytest -m "not integration"
 
 lint: venv
-	$(BIN)/ruff check dedupctl jobs operators tests
+	$(BIN)/ruff check dedupctl jobs operators senders settings ops harness bench tests
 
 typecheck: venv
 	$(BIN)/mypy

@@ -19,13 +19,14 @@ import time
 from datetime import date
 from pathlib import Path
 
-from dedupctl import kafka_io
-from dedupctl.config import Settings
-from dedupctl.demo import free_port
-from dedupctl.local_kafka import LocalBroker
-from dedupctl.runner import RestClient, run_job
-from dedupctl.streamgen import StreamSpec, generate
+from harness.local_kafka import LocalBroker
+from harness.ports import free_port
+from harness.streamgen import StreamSpec, generate
+from jobs.runner import run_job
 from operators.routing import Topics
+from ops import kafka_io
+from ops.flink_rest import RestClient
+from settings import Settings
 
 NAMES = ["accepted", "duplicates", "late", "state_reads", "state_reads_skipped", "bloom_false_positives",
          "keys_held", "bloom_bits"]

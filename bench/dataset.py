@@ -26,10 +26,10 @@ from dataclasses import asdict, dataclass, field
 
 from confluent_kafka import Producer
 
-from dedupctl.config import Settings
-from dedupctl.streamgen import StreamSpec, generate
+from harness.reference import DUPLICATE, NEW
+from harness.streamgen import StreamSpec, generate
 from operators.dedup_key import canonical_json
-from operators.reference import DUPLICATE, NEW
+from settings import Settings
 
 #: an expected (or seen) output item: ("a", notification_id, channel, lane) for an accepted
 #: request on one channel, ("d", notification_id, original_notification_id) for a duplicate

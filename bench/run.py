@@ -49,10 +49,10 @@ from bench.measure import (
     sustained_rate,
 )
 from bench.systems import ALL, QUICK, Context, System, ensure_redis_server, make
-from dedupctl import kafka_io
-from dedupctl.config import REPO_ROOT
-from dedupctl.demo import free_port
-from dedupctl.local_kafka import LocalBroker
+from harness.local_kafka import LocalBroker
+from harness.ports import free_port
+from ops import kafka_io
+from settings import REPO_ROOT
 
 logger = logging.getLogger("bench")
 

@@ -21,13 +21,13 @@ from typing import Any
 
 from bench.measure import Parser, avro_parser, json_parser
 from bench.peers.common import prefixed_topics
-from dedupctl import kafka_io
-from dedupctl.cluster import LocalCluster
-from dedupctl.config import REPO_ROOT
-from dedupctl.demo import free_port
-from dedupctl.runner import JobControlError, RestClient
+from harness.cluster import LocalCluster
+from harness.ports import free_port
 from operators.records import Channel, Priority
 from operators.routing import Topics
+from ops import kafka_io
+from ops.flink_rest import JobControlError, RestClient
+from settings import REPO_ROOT
 
 EXACTLY_ONCE = "exactly-once"
 AT_LEAST_ONCE = "NOT exactly-once (auto-commit, no transactions)"

@@ -8,11 +8,11 @@ import logging
 import sys
 from pathlib import Path
 
-from dedupctl import kafka_io
-from dedupctl.config import Settings, load_settings
-from dedupctl.local_kafka import LocalBroker
+from harness.local_kafka import LocalBroker
 from operators import codec
 from operators.errors import DedupError, InvalidRecordError
+from ops import kafka_io
+from settings import Settings, load_settings
 
 logger = logging.getLogger("dedupctl")
 
@@ -54,7 +54,7 @@ def cmd_topics(cfg: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_run(cfg: Settings, args: argparse.Namespace) -> int:
-    from dedupctl.runner import resolve_resume, run_job
+    from jobs.runner import resolve_resume, run_job
 
     overrides: dict[str, object] = {}
     if args.parallelism:
@@ -76,7 +76,7 @@ def cmd_run(cfg: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_stop(cfg: Settings, args: argparse.Namespace) -> int:
-    from dedupctl.runner import RestClient
+    from ops.flink_rest import RestClient
 
     rest = RestClient(args.rest or f"http://127.0.0.1:{cfg.flink.rest_port}")
     job_id = rest.job_id(args.job)
@@ -130,14 +130,14 @@ def cmd_consume(cfg: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_demo(cfg: Settings, args: argparse.Namespace) -> int:
-    from dedupctl.demo import run_demo
+    from harness.demo import run_demo
 
     run_demo(cfg, _out, keep=args.keep)
     return 0
 
 
 def cmd_chaos(cfg: Settings, args: argparse.Namespace) -> int:
-    from dedupctl.chaos import ChaosPlan, run_chaos
+    from harness.chaos import ChaosPlan, run_chaos
 
     plan = ChaosPlan(requests=args.requests, rate=args.rate, kills=args.kills,
                      broker_restarts=args.broker_restarts, rescales=args.rescales, seed=args.seed,
@@ -172,10 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rest", help="REST address (default: http://127.0.0.1:<flink.rest_port>)")
     p.set_defaults(func=cmd_stop)
 
-    from dedupctl import status, trace  # each module declares its own subcommand
+    from dedupctl import ops_cmd
 
-    status.add_parser(sub)
-    trace.add_parser(sub)
+    ops_cmd.add_status_parser(sub)
+    ops_cmd.add_trace_parser(sub)
 
     p = sub.add_parser("produce", help="produce JSON lines of NotificationRequest fields")
     p.add_argument("file", help="file of JSON lines, or - for stdin")
@@ -202,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="broker, job and scenario end to end")
     p.add_argument("--keep", action="store_true", help="keep the demo's files")
     p.set_defaults(func=cmd_demo)
-    from dedupctl.senders.cli import register as register_senders
+    from dedupctl.senders_cmd import register as register_senders
     register_senders(sub)
     return parser
 

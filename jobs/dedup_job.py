@@ -33,8 +33,8 @@ from pyflink.datastream.connectors.kafka import (
 )
 from pyflink.java_gateway import get_gateway
 
-from dedupctl.config import REPO_ROOT, Settings, load_settings
 from jobs.dedup_functions import BATCH_TYPE, OUTCOMES_TYPE, RAW_TYPE, DedupOptions, DedupShard
+from settings import REPO_ROOT, Settings, load_settings
 
 logger = logging.getLogger(__name__)
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from dedupctl import kafka_io
-from dedupctl.config import Settings
-from dedupctl.demo import free_port
-from dedupctl.local_kafka import LocalBroker
+from harness.local_kafka import LocalBroker
+from harness.ports import free_port
 from operators.routing import Topics
+from ops import kafka_io
+from settings import Settings
 
 
 def _docker_engine_answers() -> bool:
@@ -98,7 +98,7 @@ def settings_factory(kafka_bootstrap: str, tmp_path: Path) -> Callable[..., Sett
 @pytest.fixture
 def job_factory() -> Iterator[Callable[..., object]]:
     """Start the real job on the mini-cluster, detached; every job is cancelled at teardown."""
-    from dedupctl.runner import run_job
+    from jobs.runner import run_job
 
     clients: list[object] = []
 

@@ -22,7 +22,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from dedupctl.config import REPO_ROOT
+from settings import REPO_ROOT
 
 CONNECTOR_JAR = REPO_ROOT / ".cache" / "jars" / "flink" / "flink-sql-connector-kafka-5.0.0-2.2.jar"
 

@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
-    from dedupctl.config import Settings
+    from settings import Settings
 
     cfg = Settings().dedup.window_config()
     topics = prefixed_topics(args.prefix, args.input)

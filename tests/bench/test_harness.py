@@ -30,11 +30,11 @@ from bench.measure import (
 )
 from bench.peers.common import accepted_outputs, duplicate_output, prefixed_topics
 from bench.peers.loop import MemoryStore, RedisStore
-from dedupctl.config import REPO_ROOT, Settings
-from dedupctl.streamgen import StreamSpec, generate
+from harness.streamgen import StreamSpec, generate
 from operators import codec
 from operators.dedup_key import resolve_dedup_key
 from operators.records import Channel, NotificationRequest, Priority
+from settings import REPO_ROOT, Settings
 
 pytestmark = pytest.mark.integration
 
@@ -115,7 +115,7 @@ def test_memory_store_follows_the_reference_with_mixed_windows() -> None:
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed")
 def test_redis_store_set_nx_get(tmp_path: Path) -> None:
     pytest.importorskip("redis")
-    from dedupctl.demo import free_port
+    from harness.ports import free_port
 
     port = free_port()
     server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",

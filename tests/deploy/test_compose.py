@@ -512,8 +512,8 @@ def test_cluster_toml(services, flink_conf):
 
 
 def test_cluster_toml_loads_with_the_project_loader():
-    """The job reads deploy/cluster.toml with dedupctl.config: no unknown keys."""
-    config = pytest.importorskip("dedupctl.config")
+    """The job reads deploy/cluster.toml with settings: no unknown keys."""
+    config = pytest.importorskip("settings")
     cfg = config.load_settings(CLUSTER_TOML, env={})
     assert cfg.kafka.bootstrap_servers == "kafka:9092"
     assert cfg.flink.checkpoint_uri() == "file:///data/checkpoints"

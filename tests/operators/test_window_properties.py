@@ -1,4 +1,4 @@
-"""operators.window against the independent reference model (operators.reference).
+"""operators.window against the independent reference model (harness.reference).
 
 The window module is driven the way the Flink operator drives it: a dict of dedup key ->
 Accepted, entries whose expiry the watermark has reached evicted before each request,
@@ -15,10 +15,11 @@ from fastavro import schemaless_reader
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from operators import codec, reference, routing
+from harness import reference
+from harness.reference import Outcome
+from operators import codec, routing
 from operators.dedup_key import resolve_dedup_key
 from operators.records import Category, Channel, NotificationRequest, Priority
-from operators.reference import Outcome
 from operators.routing import Topics
 from operators.window import (
     DAY_MS,

@@ -6,8 +6,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from dedupctl.config import Settings
 from operators.routing import Topics
+from settings import Settings
 
 
 def prefixed_topics(prefix: str) -> Topics:

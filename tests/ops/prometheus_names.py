@@ -19,8 +19,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from dedupctl.runner import RestClient
-from dedupctl.status_probe import operator_names, rest_name
+from ops.flink_rest import RestClient
+from ops.status_probe import operator_names, rest_name
 
 #: groups Flink and our job add as key + value: the Kafka source's topic/partition and split
 #: groups, and the dedup operator's per-topic counters (jobs/dedup_functions.py)

@@ -29,20 +29,21 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dedupctl import cli, kafka_io
-from dedupctl.config import Settings
-from dedupctl.demo import free_port
-from dedupctl.runner import RestClient
-from dedupctl.status import collect
-from dedupctl.status_probe import Probe, rest_name
-from dedupctl.status_view import fmt_time
+from dedupctl import cli
+from harness.ports import free_port
 from operators import codec
 from operators.records import Channel, NotificationRequest, Priority
 from operators.routing import Topics
+from ops import kafka_io
+from ops.flink_rest import RestClient
+from ops.status import collect
+from ops.status_probe import Probe, rest_name
+from ops.status_view import fmt_time
+from settings import Settings
+from tests.jobs.helpers import produce, wait_for_total
 from tests.ops import prometheus_names as prom
 from tests.ops.helpers import prefixed_topics, write_config
 from tests.ops.trace_story import invalid_bytes
-from tests.pipeline.helpers import produce, wait_for_total
 
 pytestmark = pytest.mark.integration
 
@@ -158,7 +159,7 @@ def wait_for_counters(rest: RestClient, job_id: str, timeout_s: float = 90.0) ->
 @pytest.fixture(scope="module")
 def ops_run(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpsRun]:
     import jobs.dedup_job as dedup_job
-    from dedupctl.runner import run_job
+    from jobs.runner import run_job
 
     tmp = tmp_path_factory.mktemp("ops")
     run_id = uuid.uuid4().hex[:8]

@@ -10,11 +10,11 @@ import json
 import pytest
 
 from dedupctl import cli
-from dedupctl.config import Settings
-from dedupctl.runner import JobControlError, RestClient
-from dedupctl.status import RateTracker, build_report, collect, counter_totals, emitted_per_topic, watch
-from dedupctl.status_probe import Agg, Probe, Sample, Vertex, operator_names, pick_job
-from dedupctl.status_view import fmt_bytes, fmt_duration, fmt_time, render, short_topic_names
+from ops.flink_rest import JobControlError, RestClient
+from ops.status import RateTracker, build_report, collect, counter_totals, emitted_per_topic, watch
+from ops.status_probe import Agg, Probe, Sample, Vertex, operator_names, pick_job
+from ops.status_view import fmt_bytes, fmt_duration, fmt_time, render, short_topic_names
+from settings import Settings
 from tests.ops.fake_flink import BASE, JOB, NOW, FakeFlink, serve
 
 WATERMARK = BASE + 9 * 60_000 - 1
@@ -219,7 +219,7 @@ def test_cli_json_and_watch(url, fake, capsys):
 
 
 def test_cli_without_a_cluster(capsys):
-    from dedupctl.demo import free_port
+    from harness.ports import free_port
 
     assert cli.main(["status", "--rest", f"http://127.0.0.1:{free_port()}", "--sample", "0"]) == 2
     assert "cannot reach Flink" in capsys.readouterr().err

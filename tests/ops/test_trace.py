@@ -12,10 +12,11 @@ import uuid
 
 import pytest
 
-from dedupctl import cli, kafka_io
-from dedupctl.trace import Tracer, TraceResult, parse_since
-from dedupctl.trace_view import render
+from dedupctl import cli
 from operators.routing import Topics
+from ops import kafka_io
+from ops.trace import Tracer, TraceResult, parse_since
+from ops.trace_view import render
 from tests.ops import trace_story as story
 from tests.ops.helpers import prefixed_topics, write_config
 
@@ -122,7 +123,7 @@ def test_parse_since():
 @pytest.mark.integration
 def test_trace_command_on_the_topics(kafka_bootstrap, tmp_path, capsys):
     """The command end to end: read_committed scans of real topics, the status topic included."""
-    from dedupctl.config import Settings
+    from settings import Settings
 
     topics = prefixed_topics(f"t{uuid.uuid4().hex[:8]}.")
     status_topic = f"{topics.requests}.status"

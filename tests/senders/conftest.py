@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from dedupctl import kafka_io
-from dedupctl.config import Settings
-from dedupctl.senders.runtime import ensure_topics
 from operators import codec
 from operators.records import Channel
 from operators.routing import Topics
+from ops import kafka_io
+from senders.runtime.pool import ensure_topics
+from settings import Settings
 
 SettingsFactory = Callable[..., Settings]
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from dedupctl.config import REPO_ROOT, Settings
-from dedupctl.senders.runtime import open_status_store
 from operators.records import Channel
-from operators.senders.statuses import DeliveryStatus
+from senders.runtime.pool import open_status_store
+from senders.statuses import DeliveryStatus
+from settings import REPO_ROOT, Settings
 from tests.senders.conftest import (
     SettingsFactory,
     channel_message,

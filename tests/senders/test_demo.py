@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from dedupctl import kafka_io, scenario
-from dedupctl.senders.demo import run_senders_demo
+from harness import scenario
+from harness.senders_demo import run_senders_demo
 from operators.dedup_key import resolve_dedup_key
 from operators.routing import channel_messages
+from ops import kafka_io
 from tests.senders.conftest import SettingsFactory
 
 pytestmark = pytest.mark.integration

@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from dedupctl.senders.providers import FakeProvider
-from dedupctl.senders.runtime import build_pool, open_status_store
 from operators.records import Channel
-from operators.senders.statuses import CircuitState, DeliveryStatus, Lane
+from senders.providers import FakeProvider
+from senders.runtime.pool import build_pool, open_status_store
+from senders.statuses import CircuitState, DeliveryStatus, Lane
 from tests.senders.conftest import (
     SettingsFactory,
     channel_message,

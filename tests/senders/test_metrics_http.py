@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import urllib.request
 
-from dedupctl.senders.metrics import Metrics, serve_metrics
+from senders.runtime.metrics import Metrics, serve_metrics
 
 
 def test_metrics_are_served_over_http() -> None:

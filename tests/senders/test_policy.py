@@ -7,10 +7,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.errors import ConfigError
-from operators.senders.breaker import BreakerOptions, CircuitBreaker
-from operators.senders.bucket import RateLimit, TokenBucket
-from operators.senders.retry import RetryPolicy, format_step
-from operators.senders.statuses import CircuitState
+from senders.policy.breaker import BreakerOptions, CircuitBreaker
+from senders.policy.bucket import RateLimit, TokenBucket
+from senders.policy.retry import RetryPolicy, format_step
+from senders.statuses import CircuitState
 
 # -- retry policy ----------------------------------------------------------------------------------
 

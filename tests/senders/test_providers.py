@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from dedupctl.config import Secret
-from dedupctl.senders.metrics import Metrics
-from dedupctl.senders.providers import HttpProvider, SmtpProvider
-from dedupctl.senders.providers.smtp import message_id
 from operators.records import Channel
-from operators.senders.errors import ProviderPermanentError, ProviderRetryableError
+from senders.errors import ProviderPermanentError, ProviderRetryableError
+from senders.providers import HttpProvider, SmtpProvider
+from senders.providers.smtp import message_id
+from senders.runtime.metrics import Metrics
+from settings import Secret
 from tests.senders.fake_http import FakeHttpProvider
 
 

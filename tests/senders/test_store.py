@@ -7,19 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from dedupctl.senders.addresses import StaticAddresses
-from dedupctl.senders.dispatch import Dispatcher
-from dedupctl.senders.handler import DeliveryHandler, HandlerTopics
-from dedupctl.senders.metrics import Metrics
-from dedupctl.senders.providers import FakeProvider
-from dedupctl.senders.store import StatusStore, open_store
 from operators import codec
 from operators.records import Channel
-from operators.senders.breaker import BreakerOptions
-from operators.senders.bucket import RateLimit
-from operators.senders.retry import RetryPolicy, format_step
-from operators.senders.statuses import ClaimAction, DeadLetterReason, DeliveryStatus, Lane
-from operators.senders.transitions import OutcomePlan
+from senders.policy.breaker import BreakerOptions
+from senders.policy.bucket import RateLimit
+from senders.policy.retry import RetryPolicy, format_step
+from senders.policy.transitions import OutcomePlan
+from senders.providers import FakeProvider
+from senders.runtime.dispatch import Dispatcher
+from senders.runtime.handler import DeliveryHandler, HandlerTopics
+from senders.runtime.metrics import Metrics
+from senders.statuses import ClaimAction, DeadLetterReason, DeliveryStatus, Lane
+from senders.store.addresses import StaticAddresses
+from senders.store.status import StatusStore, open_store
 from tests.senders.conftest import channel_message
 
 SMS, NORMAL = Channel.SMS, Lane.NORMAL

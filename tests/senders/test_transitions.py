@@ -7,23 +7,23 @@ import json
 import pytest
 
 from operators import codec
-from operators.senders.errors import InvalidTransitionError
-from operators.senders.retry import RetryPolicy
-from operators.senders.statuses import (
-    FINAL_STATUSES,
-    AttemptOutcome,
-    ClaimAction,
-    DeadLetterReason,
-    DeliveryStatus,
-    Lane,
-)
-from operators.senders.transitions import (
+from senders.errors import InvalidTransitionError
+from senders.policy.retry import RetryPolicy
+from senders.policy.transitions import (
     ALLOWED,
     AttemptResult,
     StoredState,
     check_transition,
     decide_claim,
     plan_outcome,
+)
+from senders.statuses import (
+    FINAL_STATUSES,
+    AttemptOutcome,
+    ClaimAction,
+    DeadLetterReason,
+    DeliveryStatus,
+    Lane,
 )
 
 S = DeliveryStatus

@@ -8,12 +8,12 @@ from collections import Counter
 
 import pytest
 
-from dedupctl import kafka_io
-from dedupctl.senders.providers import FakeProvider
-from dedupctl.senders.runtime import build_pool, open_status_store
 from operators import codec
 from operators.records import Channel
-from operators.senders.statuses import DeliveryStatus, Lane
+from ops import kafka_io
+from senders.providers import FakeProvider
+from senders.runtime.pool import build_pool, open_status_store
+from senders.statuses import DeliveryStatus, Lane
 from tests.senders.conftest import (
     SettingsFactory,
     channel_message,
@@ -84,7 +84,7 @@ def test_a_permanent_failure_is_never_retried_and_the_address_is_dropped(
 ) -> None:
     cfg = senders_settings()
     fake = FakeProvider(script={"bad@example.invalid": ["permanent", "ok"]})
-    from dedupctl.senders.addresses import StaticAddresses
+    from senders.store.addresses import StaticAddresses
 
     book = StaticAddresses({"u-bad": {"email": "bad@example.invalid"}, "u-ok": {"email": "ok@example.com"}})
     first = channel_message(1, channel=EMAIL, user="u-bad")

@@ -1,2 +1,0 @@
-"""The sender workers: drain the channel topics into providers, with retries, dead letters and a
-status store. The logic they apply lives in ``operators/senders``; this package is the adapters."""

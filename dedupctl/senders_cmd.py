@@ -1,0 +1,145 @@
+"""``dedupctl senders``: run the sender workers, create their topics, look up a message's status."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+from operators.records import Channel
+from senders.runtime.pool import build_pool, ensure_topics, open_status_store
+from senders.statuses import Lane
+from settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+def _out(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def _selection(args: argparse.Namespace) -> tuple[list[Channel], list[Lane]]:
+    channels = [Channel(c) for c in dict.fromkeys(args.channel or [c.value for c in Channel])]
+    lanes = [Lane(lane) for lane in dict.fromkeys(args.lane or [lane.value for lane in Lane])]
+    return channels, lanes
+
+
+def cmd_senders_run(cfg: Settings, args: argparse.Namespace) -> int:
+    channels, lanes = _selection(args)
+    if not args.no_create_topics:
+        created = ensure_topics(cfg, channels, lanes)
+        logger.info(
+            "sender topics: %d created, %d existed",
+            sum(v == "created" for v in created.values()),
+            sum(v == "exists" for v in created.values()),
+        )
+    pool = build_pool(cfg, channels=channels, lanes=lanes, workers_per_lane=args.workers)
+    stop = pool.stop_event
+    server = None
+    if args.metrics_port is not None:
+        from senders.runtime.metrics import serve_metrics
+
+        server = serve_metrics(pool.metrics, args.metrics_port)
+        logger.info("sender metrics on http://127.0.0.1:%d/metrics", server.server_address[1])
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        logger.info("signal %d: stopping the workers after their current batch", signum)
+        stop.set()
+
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, on_signal)
+    deadline = time.monotonic() + args.max_seconds if args.max_seconds else None
+    interval = cfg.senders.metrics_log_interval_s
+    next_log = time.monotonic() + interval if interval > 0 else None
+    logger.info("running %d sender workers: %s", len(pool.workers), ", ".join(w.name for w in pool.workers))
+    try:
+        pool.start()
+        while not stop.wait(0.2):
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                break
+            if next_log is not None and now >= next_log:
+                next_log = now + interval
+                _log_metrics(pool.metrics.snapshot())
+    finally:
+        pool.stop()
+        if server is not None:
+            server.shutdown()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    _log_metrics(pool.metrics.snapshot())
+    return 1 if pool.errors else 0
+
+
+def _log_metrics(snapshot: dict[str, float]) -> None:
+    for name, value in snapshot.items():
+        logger.info("metric %s %g", name, value)
+
+
+def cmd_senders_topics(cfg: Settings, args: argparse.Namespace) -> int:
+    channels, lanes = _selection(args)
+    for name, state in ensure_topics(cfg, channels, lanes).items():
+        _out(f"{name}: {state}")
+    return 0
+
+
+def cmd_senders_status(cfg: Settings, args: argparse.Namespace) -> int:
+    store = open_status_store(cfg)
+    try:
+        row = store.get(args.message_key)
+    finally:
+        store.close()
+    if row is None:
+        _out(f"{args.message_key}: unknown")
+        return 3
+    retry = f", retry at {row.retry_at_ms}" if row.retry_at_ms and row.status == "queued" else ""
+    error = f", last error: {row.last_error}" if row.last_error else ""
+    _out(
+        f"{row.message_key}: {row.status} after {row.attempts} attempt(s) via {row.provider or '-'}"
+        f" ({row.channel}/{row.lane}){retry}{error}"
+    )
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``senders`` to the ``dedupctl`` parser."""
+    p = subparsers.add_parser("senders", help="sender workers: deliver the channel topics")
+    sub = p.add_subparsers(dest="senders_command", required=True)
+
+    def selection(q: argparse.ArgumentParser) -> None:
+        q.add_argument(
+            "--channel",
+            action="append",
+            choices=[c.value for c in Channel],
+            help="a channel to serve (repeatable; default: all)",
+        )
+        q.add_argument(
+            "--lane",
+            action="append",
+            choices=[lane.value for lane in Lane],
+            help="a lane to serve (repeatable; default: both)",
+        )
+
+    q = sub.add_parser("run", help="run workers (one consumer group per channel and lane) in the foreground")
+    selection(q)
+    q.add_argument("--workers", type=int, default=1, help="workers per channel and lane in this process")
+    q.add_argument("--max-seconds", type=float, help="stop after this long")
+    q.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT/metrics")
+    q.add_argument("--no-create-topics", action="store_true", help="do not create the senders' topics first")
+    q.set_defaults(func=cmd_senders_run)
+
+    q = sub.add_parser("topics", help="create the status, dead-letter and delay topics")
+    selection(q)
+    q.set_defaults(func=cmd_senders_topics)
+
+    q = sub.add_parser("status", help="a message key's row in the status store")
+    q.add_argument("message_key")
+    q.set_defaults(func=cmd_senders_status)

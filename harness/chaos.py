@@ -1,0 +1,321 @@
+"""Fault injection: the real job, a real broker, SIGKILLs, broker restarts, savepoint rescales.
+
+``dedupctl chaos`` (and ``make chaos``) runs the job as a separate process (``dedupctl run``),
+produces a seeded stream, and while it flows kills the job with SIGKILL and restarts it with
+``--resume latest``, stops and restarts the broker, and stops the job with a savepoint to resume
+it at another parallelism. Then it reads every output topic with read_committed and compares
+them with the reference model run on the same stream: nothing missing, nothing twice, nothing
+else. Any difference fails the run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.cluster import LocalCluster
+from harness.local_kafka import LocalBroker
+from harness.ports import free_port
+from harness.reference import diff_records, expected_records
+from harness.streamgen import Stream, StreamSpec, generate
+from ops import kafka_io
+from ops.flink_rest import JobControlError, RestClient
+from settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ChaosPlan:
+    """What to break and how much.
+
+    :param requests: records in the stream
+    :param rate: records produced per second (event time advances like the wall clock)
+    :param kills: SIGKILLs of the job process, each followed by ``run --resume latest``
+    :param broker_restarts: stops and restarts of the broker mid-stream
+    :param rescales: stops with a savepoint, resumed at the other parallelism (2 <-> 1)
+    :param parallelism: parallelism of the first run
+    :param seed: seeds the stream and the moments of the faults
+    :param uptime_s: a fault strikes after the job has run for a random time in this range
+    :param settle_timeout_s: how long to wait for the output once everything is produced
+    :param cluster: run on a standalone cluster (separate JobManager and TaskManager processes,
+        ``flink run -py``); a kill is then a TaskManager SIGKILL, and the JobManager restores
+    """
+
+    requests: int = 200_000
+    rate: int = 1000
+    kills: int = 20
+    broker_restarts: int = 1
+    rescales: int = 2
+    parallelism: int = 2
+    seed: int = 7
+    uptime_s: tuple[float, float] = (4.0, 12.0)
+    settle_timeout_s: float = 600.0
+    cluster: bool = False
+
+
+@dataclass
+class ChaosReport:
+    actions: list[str] = field(default_factory=list)
+    expected: Counter[str] = field(default_factory=Counter)
+    actual: Counter[str] = field(default_factory=Counter)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+class JobProcess:
+    """``dedupctl run`` in its own process group, so a SIGKILL takes its JVM down with it."""
+
+    def __init__(self, config_file: Path, log_file: Path) -> None:
+        self.config_file = config_file
+        self.log_file = log_file
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, parallelism: int, resume: str) -> None:
+        cmd = [sys.executable, "-m", "dedupctl.cli", "--config", str(self.config_file), "run",
+               "--parallelism", str(parallelism), "--resume", resume]
+        with open(self.log_file, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def kill(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=30)
+        self.proc = None
+
+    def wait_exit(self, timeout_s: float) -> None:
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+            self.proc = None
+
+
+def wait_running(rest: RestClient, timeout_s: float = 180.0) -> str:
+    """Until one job runs with every task RUNNING; returns its id."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            jobs = [j for j in rest.call("GET", "/jobs/overview")["jobs"] if j["state"] == "RUNNING"]
+            if len(jobs) == 1:
+                detail = rest.call("GET", f"/jobs/{jobs[0]['jid']}")
+                if all(v["status"] == "RUNNING" for v in detail["vertices"]):
+                    return str(jobs[0]["jid"])
+        except JobControlError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"no running job after {timeout_s:.0f} s")
+
+
+def wait_failover(rest: RestClient, job_id: str, timeout_s: float = 30.0) -> None:
+    """Until the JobManager has noticed a lost TaskManager (the job leaves RUNNING)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if rest.call("GET", f"/jobs/{job_id}")["state"] != "RUNNING":
+                return
+        except JobControlError:
+            pass
+        time.sleep(0.3)
+
+
+def chaos_settings(bootstrap: str, work: Path, rest_port: int) -> str:
+    return "\n".join([
+        "[kafka]", f'bootstrap_servers = "{bootstrap}"', 'group_id = "chaos"',
+        "[flink]", f'checkpoint_dir = "{work / "checkpoints"}"', "checkpoint_interval_ms = 1000",
+        f"rest_port = {rest_port}", 'transactional_id_prefix = "chaos"', "restart_attempts = 30",
+        "restart_delay_ms = 2000",
+        "[dedup]", "idleness_ms = 5000",
+        "",
+    ])
+
+
+def producer_thread(cfg: Settings, stream: Stream, rate: int, done: threading.Event) -> threading.Thread:
+    def run() -> None:
+        prod = kafka_io.producer(cfg.kafka.client_config(), **{"delivery.timeout.ms": "600000"})
+        start = time.monotonic()
+        for i, rec in enumerate(stream.records):
+            ahead = i / rate - (time.monotonic() - start)
+            if ahead > 0:
+                time.sleep(ahead)
+            while True:
+                try:
+                    prod.produce(cfg.topics.requests, key=rec.key, value=rec.value, partition=rec.partition)
+                    break
+                except BufferError:
+                    prod.poll(0.1)
+            prod.poll(0)
+        remaining = prod.flush(600)
+        if remaining:
+            logger.error("%d records were never delivered", remaining)
+        done.set()
+
+    thread = threading.Thread(target=run, name="producer", daemon=True)
+    thread.start()
+    return thread
+
+
+def expected_outputs(stream: Stream, cfg: Settings) -> dict[str, list[dict[str, Any]]]:
+    expected = expected_records(stream.outcomes(cfg.dedup.window_config()), cfg.topics)
+    offsets: Counter[int] = Counter()
+    invalid = []
+    for rec in stream.records:
+        offset = offsets[rec.partition]
+        offsets[rec.partition] += 1
+        if rec.request is None:
+            invalid.append({"raw": rec.value, "topic": cfg.topics.requests,
+                            "partition": rec.partition, "offset": offset})
+    expected[cfg.topics.invalid] = invalid
+    return _normalised(expected, cfg)
+
+
+def _normalised(records: dict[str, list[dict[str, Any]]], cfg: Settings) -> dict[str, list[dict[str, Any]]]:
+    """Drop what timing decides (a late notice's watermark) or the model does not (error text)."""
+    out = {}
+    for topic, values in records.items():
+        if topic == cfg.topics.late:
+            values = [{**v, "watermark": None, "reason": None} for v in values]
+        if topic == cfg.topics.invalid:
+            values = [{k: v[k] for k in ("raw", "topic", "partition", "offset")} for v in values]
+        out[topic] = values
+    return out
+
+
+def read_outputs(cfg: Settings) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for topic, records in kafka_io.read_outputs(cfg.kafka.client_config(), cfg.topics, idle_timeout_s=3).items():
+        out[topic] = [value for _, value in records]
+    for value in out[cfg.topics.invalid]:
+        if not value["error"]:  # an invalid record must say why: make it differ from the model
+            value["raw"] = b"<no error text>" + value["raw"]
+    return _normalised(out, cfg)
+
+
+def run_chaos(plan: ChaosPlan, say: Callable[[str], None] = print, work: Path | None = None) -> ChaosReport:
+    work = work or Path(tempfile.mkdtemp(prefix="notify-dedup-chaos-"))
+    rng = random.Random(plan.seed)
+    report = ChaosReport()
+    t0 = time.monotonic()
+
+    def act(text: str) -> None:
+        line = f"[{time.monotonic() - t0:7.1f}s] {text}"
+        report.actions.append(line)
+        say(line)
+
+    broker = LocalBroker(home=work / "kafka", port=free_port(), controller_port=free_port())
+    broker.start()
+    rest_port = free_port()
+    config_file = work / "chaos.toml"
+    config_file.write_text(chaos_settings(broker.bootstrap, work, rest_port))
+    from settings import load_settings
+
+    cfg = load_settings(config_file, env={})
+    kafka_io.create_topics(cfg.kafka.client_config(), cfg.topics.all(), 4)
+    spec = StreamSpec(requests=plan.requests, partitions=4, seed=plan.seed, step_ms=max(1, 1000 // plan.rate))
+    stream = generate(spec)
+    expected = expected_outputs(stream, cfg)
+    report.expected = Counter({t: len(v) for t, v in expected.items()})
+    act(f"stream: {len(stream.records)} records ({len(stream.invalid())} invalid), seed {plan.seed}; "
+        f"expected {dict(report.expected)}")
+
+    rest = RestClient(f"http://127.0.0.1:{rest_port}")
+    job = JobProcess(config_file, work / "job.log")
+    parallelism = plan.parallelism
+    cluster = LocalCluster(work / "flink", rest_port, free_port()) if plan.cluster else None
+    if cluster is not None:
+        cluster.start()
+        act("standalone cluster started: a JobManager and a TaskManager, separate processes")
+        cluster.submit(config_file, parallelism)
+    else:
+        job.start(parallelism, "latest")
+    wait_running(rest)
+    act(f"job running, parallelism {parallelism}")
+    produced = threading.Event()
+    producer_thread(cfg, stream, plan.rate, produced)
+    faults = ["kill"] * plan.kills + ["broker"] * plan.broker_restarts + ["rescale"] * plan.rescales
+    rng.shuffle(faults)
+    try:
+        for fault in faults:
+            time.sleep(rng.uniform(*plan.uptime_s))
+            if fault == "kill" and cluster is not None:
+                job_id = wait_running(rest)
+                pid = cluster.kill_taskmanager()
+                act(f"SIGKILL TaskManager {pid}; a new TaskManager started")
+                wait_failover(rest, job_id)
+                cluster.wait_taskmanagers(1)
+                wait_running(rest)
+                act("job restored by the JobManager from its latest checkpoint")
+            elif fault == "kill":
+                job.kill()
+                act("SIGKILL the job process group")
+                job.start(parallelism, "latest")
+                wait_running(rest)
+                act("resumed from the latest retained checkpoint")
+            elif fault == "broker":
+                broker.stop()
+                act("broker stopped")
+                time.sleep(rng.uniform(2, 5))
+                broker.start()
+                act("broker restarted")
+            else:
+                job_id = wait_running(rest)
+                location = rest.stop_with_savepoint(job_id, str(cfg.flink.checkpoint_path()))
+                parallelism = 1 if parallelism == 2 else 2
+                act(f"stopped with savepoint {Path(location.removeprefix('file:')).name}")
+                if cluster is not None:
+                    cluster.submit(config_file, parallelism, savepoint=location.removeprefix("file:"))
+                else:
+                    job.wait_exit(60)
+                    job.start(parallelism, location.removeprefix("file:"))
+                wait_running(rest)
+                act(f"resumed from it at parallelism {parallelism}")
+        produced.wait(timeout=plan.requests / plan.rate + 600)
+        act("every record produced; waiting for the output")
+        total = sum(report.expected.values())
+        deadline = time.monotonic() + plan.settle_timeout_s
+        actual = read_outputs(cfg)
+        while sum(len(v) for v in actual.values()) < total and time.monotonic() < deadline:
+            time.sleep(5)
+            actual = read_outputs(cfg)
+        time.sleep(5)  # anything extra would be committed by now
+        actual = read_outputs(cfg)
+    finally:
+        job.kill()
+        if cluster is not None:
+            cluster.stop()
+        broker.stop()
+    report.actual = Counter({t: len(v) for t, v in actual.items()})
+    report.problems = diff_records(expected, actual, cfg.topics)
+    kills = sum("SIGKILL" in a for a in report.actions)
+    act(f"done: {kills} kills, {plan.broker_restarts} broker restarts, {plan.rescales} savepoint rescales")
+    for topic in cfg.topics.outputs():
+        mark = "ok" if report.expected[topic] == report.actual[topic] else "DIFFERENT"
+        say(f"  {topic:32} expected {report.expected[topic]:7}  read_committed {report.actual[topic]:7}  {mark}")
+    if report.problems:
+        say(f"FAILED: {len(report.problems)} differences, first ones:")
+        for line in report.problems[:20]:
+            say(f"  {line[:300]}")
+    else:
+        say("PASSED: every output topic matches the reference model exactly")
+    return report

@@ -1,0 +1,94 @@
+"""A circuit breaker on the primary provider's recent failure rate (clock passed in, no threads)."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from operators.errors import ConfigError
+from senders.statuses import CircuitState
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerOptions:
+    """When traffic moves from a channel's primary provider to its secondary, and back.
+
+    :param window: the primary's most recent outcomes the failure rate is computed over
+    :param min_calls: no decision before this many outcomes are in the window
+    :param failure_rate: the circuit opens when this fraction of the window failed
+    :param open_ms: how long the secondary takes the traffic before the primary is probed again
+    """
+
+    window: int = 20
+    min_calls: int = 5
+    failure_rate: float = 0.5
+    open_ms: int = 30_000
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_calls <= self.window:
+            raise ConfigError("breaker min_calls must be within [1, window]")
+        if not 0.0 < self.failure_rate <= 1.0:
+            raise ConfigError("breaker failure_rate must be within (0, 1]")
+        if self.open_ms <= 0:
+            raise ConfigError("breaker open_ms must be positive")
+
+
+class CircuitBreaker:
+    """Closed: the primary takes every call. Open: the secondary does, for ``open_ms``. Then
+    half-open: one probe call goes to the primary; its success closes the circuit, its failure
+    opens it again. Only transient failures count; a rejected address says nothing of the provider.
+    """
+
+    def __init__(self, options: BreakerOptions) -> None:
+        self.options = options
+        self._state = CircuitState.CLOSED
+        self._outcomes: deque[bool] = deque(maxlen=options.window)
+        self._opened_at = 0
+        self._probing = False
+
+    @property
+    def state(self) -> CircuitState:
+        return self._state
+
+    def use_primary(self, now_ms: int) -> bool:
+        """Whether the next call goes to the primary (may start a half-open probe)."""
+        if self._state is CircuitState.CLOSED:
+            return True
+        if self._state is CircuitState.OPEN and now_ms - self._opened_at >= self.options.open_ms:
+            self._state = CircuitState.HALF_OPEN
+            self._probing = False
+        if self._state is CircuitState.HALF_OPEN and not self._probing:
+            self._probing = True
+            return True
+        return False
+
+    def record(self, *, success: bool, now_ms: int, primary: bool = True) -> CircuitState | None:
+        """The outcome of a call; returns the new state when it changed."""
+        if not primary:
+            return None
+        if self._state is CircuitState.HALF_OPEN:
+            self._probing = False
+            if success:
+                self._state = CircuitState.CLOSED
+                self._outcomes.clear()
+            else:
+                self._open(now_ms)
+            return self._state
+        if self._state is CircuitState.OPEN:
+            return None  # a call that started before the circuit opened
+        self._outcomes.append(success)
+        failures = self._outcomes.count(False)
+        if len(self._outcomes) >= self.options.min_calls and failures >= self.options.failure_rate * len(
+            self._outcomes
+        ):
+            self._open(now_ms)
+            return self._state
+        return None
+
+    def _open(self, now_ms: int) -> None:
+        self._state = CircuitState.OPEN
+        self._opened_at = now_ms
+        self._outcomes.clear()
+
+    def failure_rate(self) -> float:
+        return self._outcomes.count(False) / len(self._outcomes) if self._outcomes else 0.0

@@ -1,0 +1,58 @@
+"""Providers, chosen by configuration: an http(s) URL, ``smtp``, or ``fake``."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from operators.errors import ConfigError
+from senders.providers.base import Provider, Receipt
+from senders.providers.fake import Behaviour, FakeProvider, Received
+from senders.providers.http import HttpProvider
+from senders.providers.smtp import SmtpProvider
+from senders.runtime.metrics import Metrics
+from settings import SendersSettings
+
+__all__ = [
+    "Behaviour",
+    "FakeProvider",
+    "HttpProvider",
+    "Provider",
+    "Receipt",
+    "Received",
+    "SmtpProvider",
+    "build_provider",
+    "provider_label",
+]
+
+
+def provider_label(spec: str) -> str:
+    """A short name for metrics and status records: the URL's host, ``smtp``, ``fake``."""
+    if spec.startswith(("http://", "https://")):
+        return urlsplit(spec).netloc
+    return spec
+
+
+def build_provider(spec: str, *, name: str, settings: SendersSettings, metrics: Metrics) -> Provider:
+    if spec == "fake" or spec.startswith("fake:"):
+        return FakeProvider(name=name, metrics=metrics)
+    if spec.startswith(("http://", "https://")):
+        return HttpProvider(
+            name=name,
+            url=spec,
+            timeout_s=settings.http_timeout_ms / 1000,
+            token=settings.http_token,
+            metrics=metrics,
+        )
+    if spec == "smtp":
+        return SmtpProvider(
+            name=name,
+            host=settings.smtp_host,
+            port=settings.smtp_port,
+            sender=settings.smtp_from,
+            timeout_s=settings.smtp_timeout_ms / 1000,
+            starttls=settings.smtp_starttls,
+            username=settings.smtp_username,
+            password=settings.smtp_password,
+            metrics=metrics,
+        )
+    raise ConfigError(f"unknown provider {spec!r}: expected an http(s):// URL, 'smtp' or 'fake'")

@@ -1,0 +1,103 @@
+"""The provider interface: a public ``send()`` that wraps each provider's ``_try_send()`` with
+timing, outcome logging and metrics (GOV.UK Notify's pattern)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from operators.records import Channel
+from senders.errors import ProviderError, ProviderPermanentError, ProviderRetryableError
+from senders.runtime.metrics import Metrics
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """A provider accepted a message.
+
+    :param provider: the provider's name
+    :param reference: the provider's id for the message, when it returned one
+    :param elapsed_ms: how long the call took
+    """
+
+    provider: str
+    reference: str | None
+    elapsed_ms: float
+
+
+class Provider(ABC):
+    """One way out for one channel. Subclasses implement ``_try_send`` and raise
+    ``ProviderRetryableError`` or ``ProviderPermanentError``; anything else they raise is
+    treated as a transient failure (and logged with its traceback)."""
+
+    def __init__(self, *, name: str, metrics: Metrics | None = None) -> None:
+        self.name = name
+        self.metrics = metrics if metrics is not None else Metrics()
+
+    def send(
+        self, *, to: str, message_key: str, channel: Channel, template_id: str, params: Mapping[str, str]
+    ) -> Receipt:
+        """Send one message; ``message_key`` doubles as the idempotency key. Raises ProviderError."""
+        start = time.monotonic()
+        outcome = "sent"
+        try:
+            reference = self._try_send(
+                to=to, message_key=message_key, channel=channel, template_id=template_id, params=params
+            )
+        except ProviderRetryableError as exc:
+            outcome = "transient"
+            logger.warning(
+                "%s did not take %s (transient): %s",
+                self.name,
+                message_key,
+                exc.reason,
+                extra={"message_key": message_key, "provider": self.name},
+            )
+            raise
+        except ProviderPermanentError as exc:
+            outcome = "permanent"
+            logger.warning(
+                "%s rejected %s (permanent): %s",
+                self.name,
+                message_key,
+                exc.reason,
+                extra={"message_key": message_key, "provider": self.name},
+            )
+            raise
+        except ProviderError:
+            outcome = "transient"
+            raise
+        except Exception as exc:  # a bug or an unexpected library error: retry, and show it
+            outcome = "transient"
+            logger.exception(
+                "%s failed on %s",
+                self.name,
+                message_key,
+                extra={"message_key": message_key, "provider": self.name},
+            )
+            raise ProviderRetryableError(self.name, f"unexpected {type(exc).__name__}") from exc
+        finally:
+            elapsed = (time.monotonic() - start) * 1000
+            self.metrics.inc(
+                "provider_calls_total", provider=self.name, channel=channel.value, outcome=outcome
+            )
+            self.metrics.inc("provider_call_ms_sum", elapsed, provider=self.name, channel=channel.value)
+        logger.info(
+            "%s accepted %s in %.0f ms",
+            self.name,
+            message_key,
+            elapsed,
+            extra={"message_key": message_key, "provider": self.name},
+        )
+        return Receipt(self.name, reference, elapsed)
+
+    @abstractmethod
+    def _try_send(
+        self, *, to: str, message_key: str, channel: Channel, template_id: str, params: Mapping[str, str]
+    ) -> str | None:
+        """Hand the message over; return the provider's reference, if any."""

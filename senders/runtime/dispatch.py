@@ -1,0 +1,138 @@
+"""One channel's way out: the circuit breaker picks primary or secondary, the provider's token
+bucket paces the call. Shared by every worker (both lanes, retries included) of a process."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from operators.records import Channel
+from senders.errors import ProviderPermanentError, ProviderRetryableError
+from senders.policy.breaker import BreakerOptions, CircuitBreaker
+from senders.policy.bucket import RateLimit, TokenBucket
+from senders.policy.transitions import AttemptResult
+from senders.providers.base import Provider
+from senders.records import Delivery
+from senders.runtime.metrics import Metrics
+from senders.statuses import AttemptOutcome, CircuitState
+
+logger = logging.getLogger(__name__)
+
+_CIRCUIT_GAUGE = {CircuitState.CLOSED: 0.0, CircuitState.HALF_OPEN: 1.0, CircuitState.OPEN: 2.0}
+
+
+class RateLimiter:
+    """A token bucket behind a lock; ``acquire`` sleeps outside the lock, so callers queue fairly."""
+
+    def __init__(self, limit: RateLimit, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._bucket = TokenBucket(limit, clock())
+        self._lock = threading.Lock()
+
+    def acquire(self) -> float:
+        """Take a token, waiting for it if need be; returns the seconds waited."""
+        with self._lock:
+            wait = self._bucket.reserve(self._clock())
+        if wait > 0:
+            time.sleep(wait)
+        return wait
+
+
+class Dispatcher:
+    """Sends a delivery through the primary, or the secondary while the primary's circuit is open."""
+
+    def __init__(
+        self,
+        *,
+        channel: Channel,
+        primary: Provider,
+        secondary: Provider | None,
+        limit: RateLimit,
+        breaker: BreakerOptions,
+        metrics: Metrics,
+        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self.channel = channel
+        self.primary = primary
+        self.secondary = secondary
+        self._limiters = {p.name: RateLimiter(limit) for p in (primary, secondary) if p is not None}
+        self._breaker = CircuitBreaker(breaker) if secondary is not None else None
+        self._lock = threading.Lock()
+        self._metrics = metrics
+        self._clock_ms = clock_ms
+        if self._breaker is not None:
+            self._publish_state(CircuitState.CLOSED, initial=True)
+
+    @property
+    def circuit(self) -> CircuitState:
+        return self._breaker.state if self._breaker is not None else CircuitState.CLOSED
+
+    def send(self, delivery: Delivery, to: str) -> AttemptResult:
+        """One attempt. A half-open probe is a real message: when the probe fails, the message
+        goes on to the secondary at once, so probing costs no message an attempt."""
+        probe = False
+        use_primary = True
+        if self._breaker is not None:
+            with self._lock:
+                before = self._breaker.state
+                use_primary = self._breaker.use_primary(self._clock_ms())
+                after = self._breaker.state
+            probe = use_primary and after is CircuitState.HALF_OPEN
+            if after is not before:
+                self._publish_state(after)
+        provider = self.primary if use_primary or self.secondary is None else self.secondary
+        result = self._call(provider, delivery, to)
+        if self._breaker is not None:
+            with self._lock:
+                changed = self._breaker.record(
+                    success=result.outcome is not AttemptOutcome.TRANSIENT,
+                    now_ms=self._clock_ms(),
+                    primary=provider is self.primary,
+                )
+            if changed is not None:
+                self._publish_state(changed)
+        if probe and result.outcome is AttemptOutcome.TRANSIENT and self.secondary is not None:
+            result = self._call(self.secondary, delivery, to)
+        return result
+
+    def _call(self, provider: Provider, delivery: Delivery, to: str) -> AttemptResult:
+        self._limiters[provider.name].acquire()
+        try:
+            provider.send(
+                to=to,
+                message_key=delivery.message_key,
+                channel=delivery.channel,
+                template_id=delivery.template_id,
+                params=delivery.params,
+            )
+            return AttemptResult(AttemptOutcome.SENT, provider=provider.name)
+        except ProviderRetryableError as exc:
+            retry_after = int(exc.retry_after_s * 1000) if exc.retry_after_s is not None else None
+            return AttemptResult(AttemptOutcome.TRANSIENT, exc.reason, retry_after, provider=provider.name)
+        except ProviderPermanentError as exc:
+            return AttemptResult(
+                AttemptOutcome.PERMANENT,
+                exc.reason,
+                deactivate_address=exc.deactivate_address,
+                provider=provider.name,
+            )
+
+    def _publish_state(self, state: CircuitState, *, initial: bool = False) -> None:
+        labels: dict[str, Any] = {"channel": self.channel.value, "provider": self.primary.name}
+        self._metrics.set("sender_circuit_state", _CIRCUIT_GAUGE[state], **labels)
+        if initial:
+            return
+        assert self.secondary is not None
+        target = self.secondary.name if state is CircuitState.OPEN else self.primary.name
+        logger.warning(
+            "%s circuit of %s is %s: traffic goes to %s",
+            self.channel,
+            self.primary.name,
+            state,
+            target,
+            extra={"provider": self.primary.name},
+        )
+        self._metrics.inc("sender_circuit_changes_total", to=state.value, **labels)

@@ -1,0 +1,332 @@
+"""What a worker does with one record: claim it in the status store, call the provider, record
+the outcome, and return the records to produce (status, retry, dead letter) in the batch's
+transaction. No Kafka here: the worker owns the consumer and the producer."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from operators import codec
+from operators.records import Channel
+from senders import records
+from senders.policy.retry import RetryPolicy
+from senders.policy.transitions import AttemptResult, OutcomePlan, plan_outcome
+from senders.records import Delivery
+from senders.runtime.dispatch import Dispatcher
+from senders.runtime.metrics import Metrics
+from senders.statuses import (
+    AttemptOutcome,
+    ClaimAction,
+    DeadLetterReason,
+    DeliveryStatus,
+    Lane,
+)
+from senders.store.addresses import AddressBook
+from senders.store.status import StatusRow, StatusStore
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    topic: str
+    key: bytes | None
+    value: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEvent:
+    """One record's fate, for whoever watches (the demo prints these). No params, no address."""
+
+    channel: Channel
+    lane: Lane
+    message_key: str
+    attempt: int
+    outcome: str  # sent, transient, permanent or skipped
+    provider: str | None = None
+    detail: str = ""
+    retry_in_ms: int | None = None
+    dead_letter: str | None = None  # the reason, when the message went to the dead-letter topic
+
+
+@dataclass(slots=True)
+class Handled:
+    """The records to produce, and the outcomes they publish; or a time to come back."""
+
+    outputs: list[Output] = field(default_factory=list)
+    published: list[tuple[str, int]] = field(default_factory=list)
+    hold_until_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerTopics:
+    """:param status: status changes :param dlq: dead letters
+    :param delay: (channel topic, delay step ms) -> the delay topic"""
+
+    status: str
+    dlq: str
+    delay: Callable[[str, int], str]
+
+
+class DeliveryHandler:
+    def __init__(
+        self,
+        *,
+        channel: Channel,
+        lane: Lane,
+        store: StatusStore,
+        dispatcher: Dispatcher,
+        addresses: AddressBook,
+        policy: RetryPolicy,
+        topics: HandlerTopics,
+        lease_ms: int,
+        owner: str,
+        metrics: Metrics,
+        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        rand: Callable[[], float] = random.random,
+        on_attempt: Callable[[AttemptEvent], None] | None = None,
+    ) -> None:
+        self.channel = channel
+        self.lane = lane
+        self.store = store
+        self.dispatcher = dispatcher
+        self.addresses = addresses
+        self.policy = policy
+        self.topics = topics
+        self.lease_ms = lease_ms
+        self.owner = owner
+        self.metrics = metrics
+        self._clock_ms = clock_ms
+        self._rand = rand
+        self._on_attempt = on_attempt
+        self._labels: dict[str, Any] = {"channel": channel.value, "lane": lane.value}
+
+    def handle(
+        self,
+        *,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        delayed: bool,
+    ) -> Handled:
+        try:
+            if value is None:
+                raise ValueError("empty record")
+            if delayed:
+                d = records.from_delay_record(value, key=key, lane=self.lane)
+            else:
+                d = records.from_channel_record(value, key=key, lane=self.lane, source_topic=topic)
+        except Exception as exc:  # noqa: BLE001 - any decoding failure: dead-letter, never drop
+            return self._undecodable(topic, partition, offset, key, value or b"", exc)
+        now = self._clock_ms()
+        if d.not_before_ms > now:
+            return Handled(hold_until_ms=d.not_before_ms)
+        decision, row = self.store.claim(
+            message_key=d.message_key,
+            notification_id=d.notification_id,
+            channel=d.channel,
+            lane=self.lane,
+            attempt=d.attempt,
+            now_ms=now,
+            lease_ms=self.lease_ms,
+            owner=self.owner,
+        )
+        if decision.action is ClaimAction.SKIP:
+            logger.debug("skip %s attempt %d: %s", d.message_key, d.attempt, decision.reason)
+            self.metrics.inc("sender_skipped_total", **self._labels)
+            self._emit(
+                AttemptEvent(
+                    d.channel, self.lane, d.message_key, d.attempt, "skipped", detail=decision.reason
+                )
+            )
+            return Handled()
+        if decision.action is ClaimAction.WAIT:
+            return Handled(hold_until_ms=decision.until_ms)
+        if decision.action is ClaimAction.REPUBLISH:
+            assert row is not None
+            logger.info("republishing the outcome of %s attempt %d", d.message_key, d.attempt)
+            return Handled(self._republish(d, row), [(d.message_key, row.attempts)])
+        return self._attempt(d, now)
+
+    # -- one attempt ------------------------------------------------------------------------------
+
+    def _attempt(self, d: Delivery, claimed_at: int) -> Handled:
+        outputs = [self._status(d, DeliveryStatus.SENDING, d.attempt, claimed_at)]
+        address = self.addresses.lookup(d.user_id, d.channel)
+        dead_letter: DeadLetterReason | None = None
+        if address is None:
+            result = AttemptResult(AttemptOutcome.PERMANENT, "no address for the user on this channel")
+            dead_letter = DeadLetterReason.NO_ADDRESS
+        elif self.store.is_inactive(d.channel, address):
+            result = AttemptResult(AttemptOutcome.PERMANENT, "address inactive after a permanent failure")
+            dead_letter = DeadLetterReason.ADDRESS_INACTIVE
+        else:
+            result = self.dispatcher.send(d, address)
+        now = self._clock_ms()
+        plan = plan_outcome(result, attempt=d.attempt, policy=self.policy, now_ms=now, rand=self._rand())
+        if dead_letter is not None:
+            plan = OutcomePlan(plan.status, dead_letter=dead_letter)
+        error = result.reason or None
+        recorded = self.store.finish(
+            message_key=d.message_key,
+            attempt=d.attempt,
+            owner=self.owner,
+            plan=plan,
+            provider=result.provider,
+            error=error,
+            now_ms=now,
+            deactivate=(d.channel, address) if plan.deactivate_address and address is not None else None,
+        )
+        if not recorded:
+            # our lease ran out mid-call and another worker took the message over: it records the outcome
+            logger.warning("lost the claim on %s attempt %d during the call", d.message_key, d.attempt)
+            self.metrics.inc("sender_lost_claims_total", **self._labels)
+            return Handled(outputs)
+        outputs += self._outcome_records(
+            d,
+            status=plan.status,
+            attempt=d.attempt,
+            provider=result.provider,
+            error=error,
+            retry_at_ms=plan.retry_at_ms,
+            dead_letter=plan.dead_letter,
+            now_ms=now,
+        )
+        self._count(d, plan, result)
+        return Handled(outputs, [(d.message_key, d.attempt)])
+
+    def _count(self, d: Delivery, plan: OutcomePlan, result: AttemptResult) -> None:
+        if result.provider is not None:
+            self.metrics.inc(
+                "sender_sends_total", outcome=result.outcome.value, provider=result.provider, **self._labels
+            )
+        retry_in = None
+        if plan.retry_at_ms is not None:
+            self.metrics.inc("sender_retries_total", **self._labels)
+            retry_in = plan.retry_at_ms - self._clock_ms()
+        if plan.dead_letter is not None:
+            self.metrics.inc("sender_dead_letters_total", reason=plan.dead_letter.value, **self._labels)
+        if plan.deactivate_address:
+            self.metrics.inc("sender_addresses_deactivated_total", **self._labels)
+        self._emit(
+            AttemptEvent(
+                d.channel,
+                self.lane,
+                d.message_key,
+                d.attempt,
+                result.outcome.value,
+                result.provider,
+                result.reason,
+                retry_in,
+                plan.dead_letter.value if plan.dead_letter else None,
+            )
+        )
+
+    # -- records ----------------------------------------------------------------------------------
+
+    def _status(
+        self,
+        d: Delivery,
+        status: DeliveryStatus,
+        attempt: int,
+        at_ms: int,
+        provider: str | None = None,
+        error: str | None = None,
+        retry_at_ms: int | None = None,
+    ) -> Output:
+        value = records.status_record(
+            d,
+            status=status,
+            attempt=attempt,
+            at_ms=at_ms,
+            provider=provider,
+            error=error,
+            retry_at_ms=retry_at_ms,
+        )
+        return Output(self.topics.status, d.message_key.encode(), codec.encode("delivery_status", value))
+
+    def _outcome_records(
+        self,
+        d: Delivery,
+        *,
+        status: DeliveryStatus,
+        attempt: int,
+        provider: str | None,
+        error: str | None,
+        retry_at_ms: int | None,
+        dead_letter: DeadLetterReason | None,
+        now_ms: int,
+    ) -> list[Output]:
+        out = [self._status(d, status, attempt, now_ms, provider, error, retry_at_ms)]
+        if status is DeliveryStatus.QUEUED and retry_at_ms is not None:
+            step = self.policy.step_for(retry_at_ms - now_ms)
+            retry = records.delay_record(
+                d, attempt=attempt + 1, not_before_ms=retry_at_ms, last_error=error or ""
+            )
+            out.append(
+                Output(
+                    self.topics.delay(d.source_topic, step),
+                    d.kafka_key,
+                    codec.encode("delayed_delivery", retry),
+                )
+            )
+        if dead_letter is not None:
+            called = dead_letter not in (DeadLetterReason.ADDRESS_INACTIVE, DeadLetterReason.NO_ADDRESS)
+            letter = records.dead_letter_record(
+                message_key=d.message_key,
+                channel=d.channel,
+                lane=self.lane,
+                reason_kind=dead_letter,
+                reason=error or dead_letter.value,
+                attempts=attempt if called else attempt - 1,
+                provider=provider,
+                source_topic=d.source_topic,
+                payload=d.payload,
+                at_ms=now_ms,
+            )
+            out.append(Output(self.topics.dlq, d.message_key.encode(), codec.encode("dead_letter", letter)))
+        return out
+
+    def _republish(self, d: Delivery, row: StatusRow) -> list[Output]:
+        return self._outcome_records(
+            d,
+            status=row.status,
+            attempt=row.attempts,
+            provider=row.provider,
+            error=row.last_error,
+            retry_at_ms=row.retry_at_ms,
+            dead_letter=row.dead_letter,
+            now_ms=row.updated_ms,
+        )
+
+    def _undecodable(
+        self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes, exc: Exception
+    ) -> Handled:
+        logger.warning("undecodable record at %s[%d]@%d: %s", topic, partition, offset, type(exc).__name__)
+        self.metrics.inc(
+            "sender_dead_letters_total", reason=DeadLetterReason.UNDECODABLE.value, **self._labels
+        )
+        letter = records.dead_letter_record(
+            message_key=None,
+            channel=self.channel,
+            lane=self.lane,
+            reason_kind=DeadLetterReason.UNDECODABLE,
+            reason=f"{type(exc).__name__}: {exc}"[:500],
+            attempts=0,
+            provider=None,
+            source_topic=topic,
+            payload=value,
+            at_ms=self._clock_ms(),
+        )
+        return Handled([Output(self.topics.dlq, key, codec.encode("dead_letter", letter))])
+
+    def _emit(self, event: AttemptEvent) -> None:
+        if self._on_attempt is not None:
+            self._on_attempt(event)

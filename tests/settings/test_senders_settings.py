@@ -1,0 +1,63 @@
+"""The senders' section of the configuration, and providers chosen by it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from operators.errors import ConfigError
+from operators.records import Channel
+from senders.providers import FakeProvider, HttpProvider, SmtpProvider
+from senders.runtime.metrics import Metrics
+from senders.runtime.pool import build_dispatchers, sender_topics
+from senders.statuses import Lane
+from settings import Secret, load_settings
+
+
+def test_defaults_file_and_environment(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[senders]\nmax_attempts = 3\nsms_primary = "https://sms-a.example/v1/send"\n')
+    cfg = load_settings(
+        path, env={"DEDUP_SENDERS_BASE_BACKOFF_MS": "1000", "DEDUP_SENDERS_HTTP_TOKEN": "t0k"}
+    )
+    s = cfg.senders
+    assert (s.max_attempts, s.base_backoff_ms, s.sms_primary) == (3, 1000, "https://sms-a.example/v1/send")
+    assert isinstance(s.http_token, Secret) and "t0k" not in repr(s)
+    assert s.retry_policy().steps() == (1000, 2000)
+    assert s.delay_topics("notifications.sms") == {
+        1000: "notifications.sms.retry.1s",
+        2000: "notifications.sms.retry.2s",
+    }
+    topics = sender_topics(cfg, [Channel.SMS], [Lane.PRIORITY])
+    assert topics == [
+        "notifications.status",
+        "notifications.dlq",
+        "notifications.sms.priority.retry.1s",
+        "notifications.sms.priority.retry.2s",
+    ]
+
+
+def test_providers_are_chosen_by_configuration() -> None:
+    cfg = load_settings(
+        env={
+            "DEDUP_SENDERS_PUSH_PRIMARY": "fake",
+            "DEDUP_SENDERS_SMS_PRIMARY": "http://sms-a.example/send",
+            "DEDUP_SENDERS_SMS_SECONDARY": "http://sms-b.example/send",
+            "DEDUP_SENDERS_EMAIL_PRIMARY": "smtp",
+        }
+    )
+    d = build_dispatchers(cfg, list(Channel), Metrics())
+    assert isinstance(d[Channel.PUSH].primary, FakeProvider) and d[Channel.PUSH].secondary is None
+    assert isinstance(d[Channel.SMS].primary, HttpProvider) and d[Channel.SMS].primary.name == "sms-a.example"
+    assert isinstance(d[Channel.SMS].secondary, HttpProvider)
+    assert isinstance(d[Channel.EMAIL].primary, SmtpProvider)
+
+
+def test_an_unconfigured_channel_or_unknown_provider_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="no provider for sms"):
+        build_dispatchers(load_settings(env={}), [Channel.SMS], Metrics())
+    with pytest.raises(ConfigError, match="unknown provider"):
+        build_dispatchers(
+            load_settings(env={"DEDUP_SENDERS_SMS_PRIMARY": "carrier-pigeon"}), [Channel.SMS], Metrics()
+        )

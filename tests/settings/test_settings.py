@@ -1,0 +1,367 @@
+"""settings.load_settings: defaults < TOML file < DEDUP_* variables, and secrets."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from operators.errors import ConfigError
+from operators.routing import Topics
+from operators.window import DAY_MS, LatePolicy, WindowConfig
+from settings import (
+    DedupSettings,
+    FlinkSettings,
+    KafkaSettings,
+    Secret,
+    Settings,
+    _coerce,
+    load_settings,
+)
+
+PASSWORD = "hunter2-Zz9!"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "dedup.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults() -> None:
+    cfg = load_settings(env={})
+    assert cfg == Settings()
+    assert cfg.kafka.bootstrap_servers == "127.0.0.1:9092"
+    assert cfg.kafka.sasl_password is None
+    assert cfg.topics == Topics()
+    assert cfg.topics.requests == "notifications.requests"
+    assert cfg.dedup.default_window_sec == 7 * 86_400 and cfg.dedup.max_window_sec == 30 * 86_400
+    assert cfg.flink.parallelism == 1
+    assert cfg.data_dir == ".data"
+    # the dedup section's defaults are the window module's
+    assert cfg.dedup.window_config() == WindowConfig()
+    assert cfg.dedup.window_config().late_policy is LatePolicy.SIDE_OUTPUT
+
+
+def test_defaults_ignore_the_process_environment_when_env_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEDUP_KAFKA_PARTITIONS", "11")
+    assert load_settings(env={}).kafka.partitions == 3
+    assert load_settings().kafka.partitions == 11  # env=None reads os.environ
+
+
+def test_toml_file(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+data_dir = "/var/lib/dedup"
+
+[kafka]
+bootstrap_servers = "broker-1:9093,broker-2:9093"
+security_protocol = "SASL_SSL"
+sasl_mechanism = "SCRAM-SHA-512"
+sasl_username = "dedup"
+partitions = 12
+
+[topics]
+late = "late.v2"
+
+[dedup]
+default_window_sec = 3600
+allowed_lateness_ms = 250
+late_policy = "best-effort"
+bloom_fp_rate = 0.001
+
+[flink]
+parallelism = 4
+checkpoint_dir = "s3://bucket/checkpoints"
+""",
+    )
+    cfg = load_settings(path, env={})
+    assert cfg.data_dir == "/var/lib/dedup"
+    assert cfg.kafka.bootstrap_servers == "broker-1:9093,broker-2:9093"
+    assert cfg.kafka.sasl_mechanism == "SCRAM-SHA-512"
+    assert cfg.kafka.partitions == 12
+    assert cfg.kafka.replication_factor == KafkaSettings().replication_factor  # untouched
+    assert cfg.topics.late == "late.v2" and cfg.topics.duplicates == Topics().duplicates
+    assert cfg.dedup.bloom_fp_rate == 0.001
+    assert cfg.flink.parallelism == 4
+    assert cfg.flink.checkpoint_uri() == "s3://bucket/checkpoints"
+    window = cfg.dedup.window_config()
+    assert window == WindowConfig(
+        default_window_ms=3_600_000,
+        max_window_ms=30 * DAY_MS,
+        allowed_lateness_ms=250,
+        late_policy=LatePolicy.BEST_EFFORT,
+    )
+    assert window.late_policy is LatePolicy.BEST_EFFORT
+    assert "late.v2" in cfg.topics.outputs() and Topics().late not in cfg.topics.outputs()
+
+
+def test_dedup_config_variable_names_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "[kafka]\npartitions = 7\n")
+    assert load_settings(env={"DEDUP_CONFIG": str(path)}).kafka.partitions == 7
+    # an explicit file wins over the variable
+    other = tmp_path / "other.toml"
+    other.write_text("[kafka]\npartitions = 8\n", encoding="utf-8")
+    assert load_settings(other, env={"DEDUP_CONFIG": str(path)}).kafka.partitions == 8
+
+
+def test_environment_overrides_file(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        'data_dir = "from-file"\n[kafka]\npartitions = 6\ngroup_id = "file"\n[dedup]\nshards = 64\n',
+    )
+    env = {
+        "DEDUP_KAFKA_PARTITIONS": "9",
+        "DEDUP_TOPICS_PUSH_PRIORITY": "push.fast",
+        "DEDUP_DEDUP_LATE_POLICY": "best-effort",
+        "DEDUP_DEDUP_BLOOM_FP_RATE": "0.05",
+        "DEDUP_FLINK_REST_PORT": "18081",
+        "DEDUP_DATA_DIR": "from-env",
+    }
+    cfg = load_settings(path, env=env)
+    assert cfg.kafka.partitions == 9 and isinstance(cfg.kafka.partitions, int)
+    assert cfg.kafka.group_id == "file"  # file value kept where env says nothing
+    assert cfg.dedup.shards == 64
+    assert cfg.topics.push_priority == "push.fast"
+    assert cfg.dedup.late_policy == "best-effort"
+    assert cfg.dedup.bloom_fp_rate == 0.05 and isinstance(cfg.dedup.bloom_fp_rate, float)
+    assert cfg.flink.rest_port == 18081
+    assert cfg.data_dir == "from-env"
+
+
+def test_variables_that_are_not_settings_are_left_alone() -> None:
+    cfg = load_settings(env={"DEDUP_SCHEMAS_DIR": "/x", "DEDUP_KAFKA": "y", "KAFKA_PARTITIONS": "5"})
+    assert cfg == Settings()
+
+
+def test_unknown_key_in_a_section(tmp_path: Path) -> None:
+    path = write(tmp_path, '[kafka]\nbootstrap_server = "typo:9092"\n')
+    with pytest.raises(ConfigError, match=r"unknown setting\(s\) in \[kafka\]: bootstrap_server"):
+        load_settings(path, env={})
+
+
+def test_unknown_section(tmp_path: Path) -> None:
+    path = write(tmp_path, "[kafak]\npartitions = 3\n")
+    with pytest.raises(ConfigError, match=r"unknown section\(s\).*kafak"):
+        load_settings(path, env={})
+
+
+def test_unreadable_or_malformed_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_settings(tmp_path / "missing.toml", env={})
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_settings(write(tmp_path, "[kafka\n"), env={})
+
+
+def test_unknown_key_in_overrides() -> None:
+    with pytest.raises(ConfigError, match="unknown setting"):
+        Settings().with_overrides(flink={"paralelism": 2})
+
+
+def test_bad_values_raise_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="kafka.partitions"):
+        load_settings(env={"DEDUP_KAFKA_PARTITIONS": "three"})
+    with pytest.raises(ConfigError, match="dedup.bloom_fp_rate"):
+        load_settings(write(tmp_path, '[dedup]\nbloom_fp_rate = "low"\n'), env={})
+
+
+# -- coercion -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("1", True),
+        ("true", True),
+        ("TRUE", True),
+        (" yes ", True),
+        ("on", True),
+        ("0", False),
+        ("false", False),
+        ("no", False),
+        ("off", False),
+        ("", False),
+        ("nope", False),
+        (True, True),
+        (False, False),
+        (1, True),
+        (0, False),
+    ],
+)
+def test_bool_coercion(value: object, expected: bool) -> None:
+    assert _coerce(value, bool, "x") is expected
+
+
+def test_int_float_and_optional_coercion() -> None:
+    assert _coerce("42", int, "x") == 42 and isinstance(_coerce("42", int, "x"), int)
+    assert _coerce(" -7 ", int, "x") == -7
+    assert _coerce(5, int, "x") == 5
+    assert _coerce("0.25", float, "x") == 0.25
+    assert _coerce(3, float, "x") == 3.0 and isinstance(_coerce(3, float, "x"), float)
+    assert _coerce("", int | None, "x") is None
+    assert _coerce(None, str | None, "x") is None
+    assert _coerce("12", int | None, "x") == 12
+    for bad in ("1.5", "ten", "", None):
+        with pytest.raises(ConfigError, match="^where: "):
+            _coerce(bad, int, "where")
+    with pytest.raises(ConfigError):
+        _coerce("fast", float, "x")
+
+
+def test_optional_setting_cleared_by_an_empty_variable(tmp_path: Path) -> None:
+    path = write(tmp_path, '[kafka]\nsasl_mechanism = "PLAIN"\nssl_ca_location = "/ca.pem"\n')
+    cfg = load_settings(path, env={"DEDUP_KAFKA_SASL_MECHANISM": ""})
+    assert cfg.kafka.sasl_mechanism is None
+    assert cfg.kafka.ssl_ca_location == "/ca.pem"
+
+
+def test_coercion_through_every_int_setting() -> None:
+    sections = {"kafka": KafkaSettings, "dedup": DedupSettings, "flink": FlinkSettings}
+    env = {}
+    for section, cls in sections.items():
+        for f in dataclasses.fields(cls):
+            if f.type in ("int", int):
+                env[f"DEDUP_{section.upper()}_{f.name.upper()}"] = "17"
+    assert len(env) >= 15
+    cfg = load_settings(env=env)
+    for key in env:
+        section, name = key.removeprefix("DEDUP_").split("_", 1)
+        value = getattr(getattr(cfg, section.lower()), name.lower())
+        assert value == 17 and type(value) is int, key
+
+
+# -- secrets --------------------------------------------------------------------------------------
+
+
+def test_secret_never_shows(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        f'[kafka]\nsasl_mechanism = "PLAIN"\nsasl_username = "dedup"\nsasl_password = "{PASSWORD}"\n',
+    )
+    for cfg in (
+        load_settings(path, env={}),
+        load_settings(env={"DEDUP_KAFKA_SASL_PASSWORD": PASSWORD, "DEDUP_KAFKA_SASL_MECHANISM": "PLAIN"}),
+    ):
+        secret = cfg.kafka.sasl_password
+        assert isinstance(secret, Secret)
+        assert secret.reveal() == PASSWORD
+        for shown in (
+            repr(cfg),
+            str(cfg),
+            repr(cfg.kafka),
+            str(cfg.kafka),
+            repr(secret),
+            str(secret),
+            f"{secret}",
+            "%s" % secret,  # noqa: UP031 - the ways a secret gets into logs
+            "{}".format(secret),  # noqa: UP032
+            f"{cfg}",
+            f"{cfg.kafka!s}",
+        ):
+            assert PASSWORD not in shown
+            assert "hunter" not in shown
+        assert "******" in repr(cfg)
+        # only the client configurations, which must carry it, reveal it
+        assert cfg.kafka.client_config()["sasl.password"] == PASSWORD
+        assert type(cfg.kafka.client_config()["sasl.password"]) is str
+        assert f'password="{PASSWORD}"' in cfg.kafka.java_properties()["sasl.jaas.config"]
+
+
+def test_secret_survives_copies(tmp_path: Path) -> None:
+    cfg = load_settings(env={"DEDUP_KAFKA_SASL_PASSWORD": PASSWORD})
+    copied = cfg.with_overrides(kafka={"partitions": 4})
+    assert isinstance(copied.kafka.sasl_password, Secret)
+    assert PASSWORD not in repr(copied)
+    assert PASSWORD not in repr(dataclasses.asdict(copied))
+
+
+# -- derived configurations -----------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 90 * 86_400),
+    st.integers(1, 1_000),
+    st.integers(1, 10**9),
+    st.integers(1, 4_096),
+)
+def test_bloom_span_is_whole_seconds(default_window_sec: int, segments: int, keys: int, shards: int) -> None:
+    dedup = DedupSettings(
+        default_window_sec=default_window_sec,
+        bloom_segments_per_window=segments,
+        bloom_expected_keys=keys,
+        shards=shards,
+    )
+    bloom = dedup.bloom_config()
+    grain = dedup.eviction_grain_ms()
+    assert grain % 1_000 == 0 and 1_000 <= grain <= 3_600_000
+    # whole eviction grains, so a segment is only dropped once every key in it was evicted
+    assert bloom.span_ms % grain == 0
+    assert bloom.span_ms >= 1_000
+    # the segments cover the default window, rounded up to the grain
+    assert bloom.span_ms * segments >= default_window_sec * 1_000
+    assert bloom.span_ms < max(default_window_sec * 1_000 / segments, 1_000) + grain
+    assert bloom.expected_keys == max(1, keys // shards)
+    assert bloom.segments_per_window == segments
+
+
+def test_bloom_config_defaults() -> None:
+    dedup = DedupSettings()
+    bloom = dedup.bloom_config()
+    assert dedup.eviction_grain_ms() == 604_800 // 256 * 1000  # 39 min 22 s: 1/256 of 7 days
+    assert bloom.span_ms == 65 * dedup.eviction_grain_ms()  # 42 h 38 min >= 7 days / 4
+    assert bloom.expected_keys == 1_000_000 // 128
+    assert bloom.fp_rate == 0.01
+
+
+def test_checkpoint_paths(tmp_path: Path) -> None:
+    local = FlinkSettings(checkpoint_dir=str(tmp_path / "cp"))
+    assert local.checkpoint_uri() == (tmp_path / "cp").resolve().as_uri()
+    assert local.checkpoint_path() == (tmp_path / "cp").resolve()
+    with pytest.raises(ConfigError, match="not a local path"):
+        FlinkSettings(checkpoint_dir="s3://bucket/cp").checkpoint_path()
+
+
+# -- every section, including ones added later ------------------------------------------------------
+
+
+def _fields_of_type(*kinds: object) -> list[tuple[str, str]]:
+    """(section, field) of every setting whose type is one of ``kinds`` (optional or not)."""
+    found = []
+    for section in dataclasses.fields(Settings):
+        if section.name == "data_dir":
+            continue
+        cls = type(getattr(Settings(), section.name))
+        for name, hint in typing.get_type_hints(cls).items():
+            args = set(typing.get_args(hint)) - {type(None)} or {hint}
+            if args & set(kinds):
+                found.append((section.name, name))
+    return found
+
+
+def test_every_secret_setting_is_hidden() -> None:
+    secrets = _fields_of_type(Secret)
+    assert ("kafka", "sasl_password") in secrets
+    env = {f"DEDUP_{s.upper()}_{f.upper()}": f"{PASSWORD}-{s}-{f}" for s, f in secrets}
+    cfg = load_settings(env=env)
+    for section, name in secrets:
+        value = getattr(getattr(cfg, section), name)
+        assert isinstance(value, Secret), (section, name)
+        assert value.reveal() == f"{PASSWORD}-{section}-{name}"
+    for shown in (repr(cfg), str(cfg), f"{cfg}"):
+        assert PASSWORD not in shown
+
+
+def test_every_bool_setting_is_coerced_from_the_environment() -> None:
+    flags = _fields_of_type(bool)
+    if not flags:
+        pytest.skip("no bool setting")
+    for text, expected in (("yes", True), ("off", False), ("1", True), ("false", False)):
+        cfg = load_settings(env={f"DEDUP_{s.upper()}_{f.upper()}": text for s, f in flags})
+        for section, name in flags:
+            assert getattr(getattr(cfg, section), name) is expected, (section, name, text)
