@@ -5,9 +5,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 VENV_STAMP := $(VENV)/.installed
 JARS_STAMP := .cache/jars/.complete
-JAVA_SOURCES := $(shell find connector -name '*.java' 2>/dev/null)
+JAVA_SOURCES := $(shell find connector/src/main -name '*.java' 2>/dev/null)
+# the contract is packaged into the connector jar
+CONTRACT := $(wildcard schemas/*)
 
-.PHONY: all setup venv jars demo test test-fast lint typecheck chaos clean kafka-start kafka-stop bench bench-full
+.PHONY: all setup venv jars demo test test-fast test-java lint typecheck chaos clean kafka-start kafka-stop bench bench-full
 
 all: test
 
@@ -22,15 +24,19 @@ $(VENV_STAMP): pyproject.toml
 
 # Jars from Maven Central (pom.xml): the Kafka broker, the Flink Kafka connector, our adapters.
 jars: $(JARS_STAMP)
-$(JARS_STAMP): pom.xml $(JAVA_SOURCES)
-	mvn -q -B package
+$(JARS_STAMP): pom.xml $(JAVA_SOURCES) $(CONTRACT)
+	mvn -q -B package -DskipTests
 	touch $@
 
 demo: setup
 	$(BIN)/dedupctl demo
 
-test: setup
+test: setup test-java
 	$(BIN)/python -m pytest
+
+# the connector's JUnit tests, the contract's shared vectors (tests/vectors.json) among them
+test-java: jars
+	mvn -q -B test
 
 test-fast: setup
 	$(BIN)/python -m pytest -m "not integration"

@@ -23,7 +23,7 @@ from harness.local_kafka import LocalBroker
 from harness.ports import free_port
 from harness.streamgen import StreamSpec, generate
 from jobs.runner import run_job
-from operators.routing import Topics
+from operators.contract import Topics
 from ops import kafka_io
 from ops.flink_rest import RestClient
 from settings import Settings
@@ -61,7 +61,7 @@ def main() -> None:
     broker = LocalBroker(home=work / "kafka", port=free_port(), controller_port=free_port())
     broker.start()
     try:
-        topics = Topics(**{f.name: "bench." + getattr(Topics(), f.name) for f in dataclasses.fields(Topics)})
+        topics = Topics().with_prefix("bench.")
         kafka_io.create_topics({"bootstrap.servers": broker.bootstrap}, topics.all(), 4)
         cfg = Settings(topics=topics).with_overrides(
             kafka={"bootstrap_servers": broker.bootstrap, "group_id": "bloom-bench"},

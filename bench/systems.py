@@ -6,7 +6,6 @@ killed), reads its own input topic and writes its own output topics, all prefixe
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -24,7 +23,6 @@ from bench.peers.common import prefixed_topics
 from harness.cluster import LocalCluster
 from harness.ports import free_port
 from operators.records import Channel, Priority
-from operators.routing import Topics
 from ops import kafka_io
 from ops.flink_rest import JobControlError, RestClient
 from settings import REPO_ROOT
@@ -216,7 +214,7 @@ class DedupJob(FlinkSystem):
         self.parallelism = parallelism
 
     def config(self, ctx: Context, rest_port: int) -> str:
-        topics = "\n".join(f'{f.name} = "{getattr(self.topics, f.name)}"' for f in dataclasses.fields(Topics))
+        topics = "\n".join(f'{role} = "{name}"' for role, name in self.topics.by_role().items())
         return "\n".join([
             "[kafka]", f'bootstrap_servers = "{ctx.bootstrap}"', f'group_id = "{self.prefix(ctx)}"',
             "[topics]", topics,

@@ -14,7 +14,7 @@ from typing import Any
 from harness import scenario
 from harness.local_kafka import LocalBroker
 from harness.ports import free_port
-from operators.routing import Topics
+from operators.contract import Topics
 from ops import kafka_io
 from settings import Settings
 

@@ -1,9 +1,10 @@
 """A deliberately simple reference model of the dedup rule, and the output it implies.
 
 Tests, the fault-injection driver and the benchmark use it to compute the exact expected
-output of a stream of requests. It is written independently of ``operators.window`` (only the
-configuration types are shared) and of ``operators.routing`` (the expected Avro dicts are built
-here from the request fields and ``schemas/*.avsc``), so a bug there shows up as a difference.
+output of a stream of requests. It is written independently of ``operators.window`` and ``operators.dedup`` (only the
+configuration types are shared) and of the JVM's encoders (the expected Avro dicts are built here
+from the request fields, ``schemas/*.avsc`` and ``schemas/contract.json``), so a bug there shows
+up as a difference.
 
 The rule: every accepted request opens a window for its dedup key of
 ``W = clamp(dedup_ttl_sec * 1000, 1000 ms, max_window_ms)`` (``default_window_ms`` when
@@ -24,9 +25,10 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from operators.dedup_key import resolve_dedup_key
+from operators import codec
+from operators.contract import Topics, TopicSpec, contract
+from operators.dedup_key import message_key, resolve_dedup_key
 from operators.records import Category, Channel, NotificationRequest, Priority
-from operators.routing import Topics
 from operators.window import NO_WATERMARK, LatePolicy, WindowConfig
 
 NEW = "new"
@@ -169,12 +171,13 @@ def _channels(req: NotificationRequest) -> list[str]:
 
 
 def request_record(req: NotificationRequest) -> dict[str, Any]:
-    """A decoded ``NotificationRequest`` (schemas/notification_request.avsc)."""
+    """A decoded ``NotificationRequest`` (schemas/notification_request.avsc), normalized as the job
+    writes it into its outputs: each channel once in first-seen order, params in key order."""
     return {
         "notification_id": req.notification_id,
         "user_id": req.user_id,
         "template_id": req.template_id,
-        "params": dict(req.params),
+        "params": dict(sorted(req.params.items())),
         "channels": _channels(req),
         "priority": Priority(req.priority).value,
         "category": Category(req.category).value,
@@ -184,13 +187,18 @@ def request_record(req: NotificationRequest) -> dict[str, Any]:
     }
 
 
-def _channel_topic(topics: Topics, channel: str, priority: str) -> str:
-    lanes = {
-        "push": (topics.push, topics.push_priority),
-        "sms": (topics.sms, topics.sms_priority),
-        "email": (topics.email, topics.email_priority),
-    }[channel]
-    return lanes[1] if priority == "high" else lanes[0]
+def output_record(stem: str, request: Mapping[str, Any], /, **given: Any) -> dict[str, Any]:
+    """An output record as the contract defines it (the JVM's rule, connector/.../Outputs.java):
+    the fields the outcome gives, every other field of ``schemas/<stem>.avsc`` from the request's
+    field of the same name."""
+    return {name: given[name] if name in given else request[name] for name in codec.field_names(stem)}
+
+
+def kafka_key(spec: TopicSpec, request: Mapping[str, Any], dedup_key: str) -> bytes | None:
+    """The Kafka key the contract gives a topic: a request field, the resolved dedup key, or none."""
+    if spec.key is None:
+        return None
+    return str(dedup_key if spec.key == "dedup_key" else request[spec.key]).encode("utf-8")
 
 
 def expected_messages(
@@ -198,44 +206,33 @@ def expected_messages(
 ) -> dict[str, list[tuple[bytes | None, dict[str, Any]]]]:
     """``(Kafka key, decoded Avro value)`` expected in every output topic, in processing order.
 
-    Channel messages and late notices are keyed by user_id, duplicate notices by dedup key.
     The invalid topic is listed, empty: the model only sees valid requests.
     """
     out: dict[str, list[tuple[bytes | None, dict[str, Any]]]] = {t: [] for t in topics.outputs()}
+    spec = {t.role: t for t in contract().topics}
     for o in outcomes:
         req = o.request
+        base = request_record(req)
         if o.verdict == NEW:
-            base = request_record(req)
             for channel in base["channels"]:
-                msg = {
-                    "message_key": f"{o.dedup_key}:{channel}",
-                    "channel": channel,
-                    "notification_id": base["notification_id"],
-                    "user_id": base["user_id"],
-                    "template_id": base["template_id"],
-                    "params": base["params"],
-                    "channels": list(base["channels"]),
-                    "priority": base["priority"],
-                    "category": base["category"],
-                    "event_time": base["event_time"],
-                    "dedup_key": o.dedup_key,
-                    "dedup_ttl_sec": base["dedup_ttl_sec"],
-                }
-                topic = _channel_topic(topics, channel, base["priority"])
-                out[topic].append((req.user_id.encode("utf-8"), msg))
+                topic = topics.channel_topic(Channel(channel), Priority(base["priority"]))
+                msg = output_record(
+                    "channel_message", base, channel=channel, dedup_key=o.dedup_key,
+                    message_key=message_key(o.dedup_key, channel, base),
+                )
+                role = topics.spec_of(topic)
+                assert role is not None
+                out[topic].append((kafka_key(role, base, o.dedup_key), msg))
         elif o.verdict == DUPLICATE:
-            notice: dict[str, Any] = {
-                "notification_id": req.notification_id,
-                "dedup_key": o.dedup_key,
-                "original_notification_id": o.original_notification_id,
-                "first_seen_event_time": o.first_seen_event_time,
-                "event_time": req.event_time,
-                "occurrence": o.occurrence,
-            }
-            out[topics.duplicates].append((o.dedup_key.encode("utf-8"), notice))
+            notice = output_record(
+                "duplicate_notice", base, dedup_key=o.dedup_key,
+                original_notification_id=o.original_notification_id,
+                first_seen_event_time=o.first_seen_event_time, occurrence=o.occurrence,
+            )
+            out[topics.duplicates].append((kafka_key(spec["duplicates"], base, o.dedup_key), notice))
         elif o.verdict == LATE:
-            late = {"request": request_record(req), "watermark": o.watermark, "reason": None}
-            out[topics.late].append((req.user_id.encode("utf-8"), late))
+            late = output_record("late_notice", base, request=base, watermark=o.watermark, reason=None)
+            out[topics.late].append((kafka_key(spec["late"], base, o.dedup_key), late))
         else:
             raise ValueError(f"unknown verdict {o.verdict!r}")
     return out

@@ -1,15 +1,18 @@
 """The dedup job: notifications.requests -> per-channel topics, duplicates, late, invalid.
 
-    source (Kafka, raw bytes; event time and per-partition watermarks in the JVM)
-      -> shard (JVM: dedup key and shard)
+    source (Kafka; each record parsed once, in the JVM: the request's fields, its dedup key and
+            shard, or an InvalidRecord with the reason; event time and per-partition watermarks)
       -> carry-watermark (JVM: the last watermark, restored with the job's state)
+      -> keyBy(shard)
       -> batch (JVM: mini-batches per shard, sent before every watermark and barrier)
-      -> keyBy(shard) -> dedup (Python: lateness, Bloom prefilter, the window rule, RocksDB
-         state, eviction timers; one outcome per request, one call per batch)
-      -> route (JVM: the Avro records each outcome means, on their topics)
+      -> dedup (Python: lateness, Bloom prefilter, the window rule, RocksDB state, eviction
+         timers; only the columns the decision needs go in, one verdict per request comes out)
+      -> route (JVM: the records each verdict means, on their topics; invalid records as read)
       -> one exactly-once Kafka sink for every output topic
 
-Run it with ``dedupctl run`` on the local mini-cluster, or submit this file to a cluster with
+batch, dedup, route and the sink run chained in one task; the schemas and the contract between
+the JVM and Python are in schemas/ (contract.json). Run it with ``dedupctl run`` on the local
+mini-cluster, or submit this file to a cluster with
 ``flink run -py jobs/dedup_job.py -pyexec PYTHON --config FILE``.
 """
 
@@ -21,7 +24,7 @@ import os
 import sys
 from pathlib import Path
 
-from pyflink.common import Configuration, WatermarkStrategy
+from pyflink.common import Configuration
 from pyflink.common.typeinfo import Types
 from pyflink.datastream import DataStream, KeyedStream, StreamExecutionEnvironment
 from pyflink.datastream.connectors import DeliveryGuarantee
@@ -33,18 +36,17 @@ from pyflink.datastream.connectors.kafka import (
 )
 from pyflink.java_gateway import get_gateway
 
-from jobs.dedup_functions import BATCH_TYPE, OUTCOMES_TYPE, RAW_TYPE, DedupOptions, DedupShard
+from jobs.dedup_function import BATCH_TYPE, VERDICTS_TYPE, DedupShard
+from operators.dedup import DedupOptions
+from operators.metric_names import DEDUP_OPERATOR, ROUTE_OPERATOR
 from settings import REPO_ROOT, Settings, load_settings
 
 logger = logging.getLogger(__name__)
 
 JARS_DIR = REPO_ROOT / ".cache" / "jars" / "flink"
 JOB_NAME = "notify-dedup"
-#: the JVM operator that encodes and routes each decision; it counts records per topic
-ROUTE_OPERATOR = "route"
 #: stable operator ids: savepoints map state by these; never change them
 UID_SOURCE = "requests-source"
-UID_SHARD = "shard-requests"
 UID_CARRY = "carry-watermark"
 UID_BATCH = "batch-by-shard"
 UID_DEDUP = "dedup-by-key"
@@ -103,18 +105,36 @@ def flink_configuration(cfg: Settings, resume_from: str | None = None) -> Config
 
 def dedup_options(cfg: Settings) -> DedupOptions:
     return DedupOptions(
-        topics=cfg.topics,
         window=cfg.dedup.window_config(),
         bloom=cfg.dedup.bloom_config(),
         eviction_grain_ms=cfg.dedup.eviction_grain_ms(),
         fold_every=cfg.dedup.bloom_snapshot_every,
-        max_future_ms=cfg.dedup.max_future_ms,
     )
+
+
+def java_limits(cfg: Settings) -> object:
+    """The dedup.* input limits as the JVM's io.notifydedup.flink.Limits."""
+    jvm = get_gateway().jvm
+    d = cfg.dedup
+    fields = jvm.java.util.HashMap()
+    for name in ("dedup_key", "notification_id", "user_id", "template_id"):
+        fields.put(name, d.max_field_bytes)
+    return jvm.io.notifydedup.flink.Limits(
+        d.max_record_bytes, fields, d.max_params, d.max_param_bytes, d.max_future_ms, d.invalid_raw_prefix_bytes
+    )
+
+
+def java_map(values: dict[str, str]) -> object:
+    out = get_gateway().jvm.java.util.HashMap()
+    for k, v in values.items():
+        out.put(k, v)
+    return out
 
 
 def build_pipeline(env: StreamExecutionEnvironment, cfg: Settings) -> None:
     """Wire source, operators and sink onto ``env``."""
     jvm = get_gateway().jvm
+    flink = jvm.io.notifydedup.flink
     kafka = cfg.kafka
     props = kafka.java_properties()
 
@@ -130,45 +150,37 @@ def build_pipeline(env: StreamExecutionEnvironment, cfg: Settings) -> None:
     )
     for key, value in props.items():
         source_builder.set_property(key, value)
-    source_builder._j_builder.setDeserializer(jvm.io.notifydedup.flink.RawKafkaRecordDeserializer())
-    watermarks = WatermarkStrategy(
-        jvm.io.notifydedup.flink.EventTimeAssigner.strategy(
-            cfg.dedup.out_of_orderness_ms, cfg.dedup.idleness_ms, cfg.dedup.max_future_ms
-        )
-    )
-    raw = env.from_source(source_builder.build(), watermarks, "requests", RAW_TYPE).uid(UID_SOURCE)
-
-    # dedup key and shard in the JVM; then keyed by shard the way PyFlink's keyed operators
-    # expect (Row(key, payload), KeyByKeySelector), so dedup is the only Python operator
-    j_sharded = raw._j_data_stream.map(jvm.io.notifydedup.flink.ShardedRequests(cfg.dedup.shards))
-    sharded = DataStream(j_sharded).name("shard").uid(UID_SHARD)
+    # each request is parsed here, once: fields, dedup key and shard, or an InvalidRecord
+    source_builder._j_builder.setDeserializer(flink.RequestDeserializer(java_limits(cfg), cfg.dedup.shards))
+    watermarks = flink.EventTimeAssigner.strategy(cfg.dedup.out_of_orderness_ms, cfg.dedup.idleness_ms)
+    j_env = env._j_stream_execution_environment
+    j_source = j_env.fromSource(source_builder.build().get_java_function(), watermarks, "requests").uid(UID_SOURCE)
     # watermarks are not checkpointed: carry the last one across a restore (WatermarkCarry.java)
-    j_carried = sharded._j_data_stream.transform(
-        "carry-watermark", j_sharded.getType(), jvm.io.notifydedup.flink.WatermarkCarry()
-    )
-    carried = DataStream(j_carried).uid(UID_CARRY)
+    j_carried = j_source.transform("carry-watermark", j_source.getType(), flink.WatermarkCarry()).uid(UID_CARRY)
+    # keyed by shard the way PyFlink's keyed operators expect (Row(key, payload), KeyByKeySelector)
+    key_selector = jvm.org.apache.flink.streaming.api.functions.python.KeyByKeySelector
+    key_type = Types.ROW([Types.INT()]).get_java_type_info()
+    j_keyed = j_carried.keyBy(key_selector(), key_type)
     # one call into Python per shard and mini-batch, never across a watermark or barrier
-    j_batched = carried._j_data_stream.transform(
-        "batch", jvm.io.notifydedup.flink.ShardBatcher.batchType(),
-        jvm.io.notifydedup.flink.ShardBatcher(cfg.dedup.batch_max_requests, cfg.dedup.batch_max_delay_ms),
+    d = cfg.dedup
+    j_batched = j_keyed.transform(
+        "batch", flink.Boundary.batch(),
+        flink.ShardBatcher(d.batch_max_requests, d.batch_max_bytes, d.batch_max_delay_ms),
+    ).uid(UID_BATCH)
+    # still partitioned by shard: the Python operator is chained to the batcher, no second shuffle
+    j_rekeyed = jvm.org.apache.flink.streaming.api.datastream.DataStreamUtils.reinterpretAsKeyedStream(
+        j_batched, key_selector(), key_type
     )
-    batched = DataStream(j_batched).uid(UID_BATCH)
-    j_keyed = batched._j_data_stream.keyBy(
-        jvm.org.apache.flink.streaming.api.functions.python.KeyByKeySelector(),
-        Types.ROW([Types.INT()]).get_java_type_info(),
-    )
-    outputs = (
-        KeyedStream(j_keyed, BATCH_TYPE, batched)
-        .process(DedupShard(dedup_options(cfg)), OUTCOMES_TYPE)
-        .name("dedup")
+    verdicts = (
+        KeyedStream(j_rekeyed, BATCH_TYPE, DataStream(j_batched))
+        .process(DedupShard(dedup_options(cfg)), VERDICTS_TYPE)
+        .name(DEDUP_OPERATOR)
         .uid(UID_DEDUP)
     )
-    # the records each decision means, encoded in the JVM (RouteOutcomes.java)
-    j_routed = outputs._j_data_stream.flatMap(
-        jvm.io.notifydedup.flink.RouteOutcomes(to_java_strings(cfg.topics.outputs())),
-        jvm.io.notifydedup.flink.RouteOutcomes.routedType(),
-    )
-    routed = DataStream(j_routed).name(ROUTE_OPERATOR).uid(UID_ROUTE)
+    # the records each verdict means, encoded in the JVM (RouteOutcomes.java)
+    j_routed = verdicts._j_data_stream.flatMap(
+        flink.RouteOutcomes(java_map(cfg.topics.by_role()), d.allowed_lateness_ms), flink.Boundary.routed()
+    ).name(ROUTE_OPERATOR).uid(UID_ROUTE)
 
     sink_builder = (
         KafkaSink.builder()
@@ -183,16 +195,8 @@ def build_pipeline(env: StreamExecutionEnvironment, cfg: Settings) -> None:
     )
     for key, value in props.items():
         sink_builder.set_property(key, value)
-    sink_builder._j_builder.setRecordSerializer(jvm.io.notifydedup.flink.RoutedRecordSerializer())
-    routed.sink_to(sink_builder.build()).name("outputs").uid(UID_SINK)
-
-
-def to_java_strings(values: list[str]) -> object:
-    gateway = get_gateway()
-    array = gateway.new_array(gateway.jvm.String, len(values))
-    for i, v in enumerate(values):
-        array[i] = v
-    return array
+    sink_builder._j_builder.setRecordSerializer(flink.RoutedRecordSerializer())
+    DataStream(j_routed).sink_to(sink_builder.build()).name("outputs").uid(UID_SINK)
 
 
 def export_python_path() -> None:

@@ -5,10 +5,10 @@ Keys are filed under the segment of their *expiry* (``t0 + W0 + lateness``), seg
 state, so the whole segment is dropped. "Not in any live segment" means definitely new and the
 state read is skipped; "maybe" always falls through to state. The filter is never the truth.
 
-Persistence: PyFlink has no operator state, so the owner keeps, in keyed state, a snapshot of
-each segment (``save_bytes``) and the hashes added since (``pending``). ``restore`` rebuilds the
-exact filter from those two, so a restored or rescaled job skips state reads from its first
-record on.
+Persistence: PyFlink has no operator state, so the owner (jobs/dedup_function.py) keeps, in keyed
+state, each segment as ``save_segment`` writes it and the keys accepted since (the eviction log's
+newest part); ``load_segment`` and ``add`` rebuild the exact filter from those two, so a restored
+or rescaled job skips state reads from its first record on.
 """
 
 from __future__ import annotations

@@ -1,44 +1,65 @@
-"""Avro (schemaless binary) codecs for every topic, with the schemas read from ``schemas/``."""
+"""Avro (schemaless binary) codecs for every topic, with the schemas read from ``schemas/``.
+
+The job itself never decodes or encodes in Python (the JVM parses each request once and writes
+every output record); these codecs serve the tools, the senders, the harness and the tests.
+"""
 
 from __future__ import annotations
 
 import io
 import json
-import os
+import re
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
+from fastavro.schema import UnknownType
 
+from operators.contract import SCHEMAS_DIR, contract
 from operators.errors import InvalidRecordError
 from operators.records import Category, Channel, NotificationRequest, Priority
 
-SCHEMAS_DIR = Path(os.environ.get("DEDUP_SCHEMAS_DIR") or Path(__file__).resolve().parent.parent / "schemas")
-
-#: schema file stem -> the record it holds
+#: schema file stem -> the record it holds, for every ``schemas/*.avsc``
 SCHEMA_FILES = {
-    "notification_request": "NotificationRequest",
-    "channel_message": "ChannelMessage",
-    "duplicate_notice": "DuplicateNotice",
-    "late_notice": "LateNotice",
-    "invalid_record": "InvalidRecord",
-    "delivery_status": "DeliveryStatus",
-    "dead_letter": "DeadLetter",
-    "delayed_delivery": "DelayedDelivery",
+    p.stem: json.loads(p.read_text(encoding="utf-8"))["name"] for p in sorted(SCHEMAS_DIR.glob("*.avsc"))
 }
+_REQUEST = contract().request
+#: the longest Avro long: 64 bits in 7-bit groups
+MAX_VARINT_BYTES = 10
 
-_REQUIRED_TEXT = ("notification_id", "user_id", "template_id")
+
+def stem_of(type_name: str) -> str:
+    """NotificationRequest -> notification_request: a named type lives in its snake-case file."""
+    simple = type_name.rsplit(".", 1)[-1]
+    return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", simple).lower()
+
+
+def _parse(schemas_dir: str, stem: str, expand: bool) -> Any:
+    """Parse ``<stem>.avsc``, first parsing the file of every named type it refers to."""
+    named: dict[str, Any] = {}
+    pending = [stem]
+    while True:
+        try:
+            return parse_schema(_read(schemas_dir, stem), named_schemas=named, expand=expand)
+        except UnknownType as exc:
+            dependency = stem_of(str(exc.name))
+            if dependency in pending:
+                raise
+            pending.append(dependency)
+            parse_schema(_read(schemas_dir, dependency), named_schemas=named)
 
 
 @cache
 def load_schema(stem: str, schemas_dir: str = str(SCHEMAS_DIR)) -> Any:
-    """Parse ``schemas/<stem>.avsc``; LateNotice nests NotificationRequest, so that comes first."""
-    named: dict[str, Any] = {}
-    if stem == "late_notice":
-        parse_schema(_read(schemas_dir, "notification_request"), named_schemas=named)
-    return parse_schema(_read(schemas_dir, stem), named_schemas=named)
+    """Parse ``schemas/<stem>.avsc`` (and the files of the named types it uses)."""
+    return _parse(schemas_dir, stem, expand=False)
+
+
+def field_names(stem: str) -> list[str]:
+    """The fields of a record schema, in order."""
+    return [f["name"] for f in _read(str(SCHEMAS_DIR), stem)["fields"]]
 
 
 def _read(schemas_dir: str, stem: str) -> Any:
@@ -73,10 +94,7 @@ def decode(stem: str, raw: bytes) -> Any:
 @cache
 def _expanded(stem: str) -> Any:
     """The schema with every named type written out in place (no references left)."""
-    named: dict[str, Any] = {}
-    if stem == "late_notice":
-        parse_schema(_read(str(SCHEMAS_DIR), "notification_request"), named_schemas=named)
-    return parse_schema(_read(str(SCHEMAS_DIR), stem), named_schemas=named, expand=True)
+    return _parse(str(SCHEMAS_DIR), stem, expand=True)
 
 
 def _check_indexes(stem: str, raw: bytes) -> None:
@@ -89,15 +107,20 @@ def _check_indexes(stem: str, raw: bytes) -> None:
 
 
 def read_long(raw: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """The Avro long (zig-zag varint) at ``pos``, and the position after it."""
+    """The Avro long (zig-zag varint) at ``pos``, and the position after it.
+
+    At most ten bytes are read: a longer varint is rejected at once, so a crafted record cannot
+    make decoding slower than linear (a Python int would otherwise grow with every byte).
+    """
     value = shift = 0
-    while True:
+    for _ in range(MAX_VARINT_BYTES):
         byte = raw[pos]
         pos += 1
         value |= (byte & 0x7F) << shift
         if not byte & 0x80:
             return (value >> 1) ^ -(value & 1), pos
         shift += 7
+    raise ValueError(f"varint longer than {MAX_VARINT_BYTES} bytes at byte {pos}")
 
 
 def _index(raw: memoryview, pos: int, size: int, what: str) -> tuple[int, int]:
@@ -159,16 +182,16 @@ def decode_request(raw: bytes) -> NotificationRequest:
 
 def request_from_fields(rec: Mapping[str, Any]) -> NotificationRequest:
     """Validate decoded (or JSON) fields into a request; the rules are the data contract's."""
-    for name in _REQUIRED_TEXT:
+    for name in _REQUEST["required_text"]:
         value = rec.get(name)
         if not isinstance(value, str) or not value:
             raise InvalidRecordError(f"{name} is missing or empty")
     event_time = rec.get("event_time")
     if isinstance(event_time, bool) or not isinstance(event_time, int):
         raise InvalidRecordError("event_time is missing or not an integer (epoch milliseconds)")
-    channels_raw = rec.get("channels")
+    channels_raw = rec.get(_REQUEST["channels"])
     if not isinstance(channels_raw, (list, tuple)) or not channels_raw:
-        raise InvalidRecordError("channels is missing or empty")
+        raise InvalidRecordError(f"{_REQUEST['channels']} is missing or empty")
     try:
         channels = tuple(dict.fromkeys(Channel(c) for c in channels_raw))
         priority = Priority(rec.get("priority") or Priority.NORMAL)

@@ -1,4 +1,6 @@
-"""The dedup key of a request, and the shard of the keyed state it lives in."""
+"""The keys the contract defines: a request's dedup key, a channel message's message key, and the
+shard of keyed state a dedup key lives in. The JVM's twin is connector/.../contract/Keys.java;
+tests/vectors.json checks both, byte for byte."""
 
 from __future__ import annotations
 
@@ -6,23 +8,26 @@ import hashlib
 import json
 from collections.abc import Mapping
 
-from operators.records import NotificationRequest
+from operators.contract import contract
+from operators.records import Channel, NotificationRequest
 
-DERIVED_KEY_HEX_CHARS = 32
+_KEY = contract().dedup_key
+_MESSAGE_KEY = contract().message_key
+if tuple(_KEY["derived_from"]) != ("user_id", "template_id", "params"):
+    raise ImportError("the derived dedup key is made of user_id, template_id and params")
 
 
 def canonical_json(params: Mapping[str, str]) -> bytes:
-    return json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
-        "utf-8"
-    )
+    return json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 def derive_dedup_key(user_id: str, template_id: str, params: Mapping[str, str]) -> str:
-    """First 32 hex chars of sha256(user_id | template_id | canonical_json(params))."""
-    digest = hashlib.sha256()
-    digest.update(f"{user_id}|{template_id}|".encode())
+    """The first hex characters of digest(user_id | template_id | canonical_json(params))."""
+    sep = _KEY["separator"]
+    digest = hashlib.new(str(_KEY["digest"]).replace("-", "").lower())
+    digest.update(f"{user_id}{sep}{template_id}{sep}".encode())
     digest.update(canonical_json(params))
-    return digest.hexdigest()[:DERIVED_KEY_HEX_CHARS]
+    return digest.hexdigest()[: int(_KEY["hex_chars"])]
 
 
 def resolve_dedup_key(request: NotificationRequest) -> str:
@@ -32,14 +37,44 @@ def resolve_dedup_key(request: NotificationRequest) -> str:
     return derive_dedup_key(request.user_id, request.template_id, request.params)
 
 
+def message_key(dedup_key: str, channel: Channel | str, fields: Mapping[str, object]) -> str:
+    """The contract's message-key parts joined by its separator: ``dedup_key`` is the resolved
+    key, ``channel`` the channel, any other part the request field of that name."""
+    parts = []
+    for part in _MESSAGE_KEY["parts"]:
+        if part == "dedup_key":
+            parts.append(dedup_key)
+        elif part == "channel":
+            parts.append(str(channel))
+        else:
+            parts.append(str(fields[part]))
+    return str(_MESSAGE_KEY["separator"]).join(parts)
+
+
+def shard_of(dedup_key: str, shards: int) -> int:
+    """The shard of keyed state a dedup key is in (the JVM's Keys.shardOf: Java's String.hashCode,
+    then a murmur3 finalizer), e.g. for ``dedupctl trace`` to say which shard holds a key."""
+    h = 0
+    for unit in _utf16_units(dedup_key):
+        h = (31 * h + unit) & 0xFFFFFFFF
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+    h ^= h >> 16
+    signed = h - (1 << 32) if h & 0x80000000 else h
+    return signed % shards
+
+
+def _utf16_units(text: str) -> list[int]:
+    data = text.encode("utf-16-be", "surrogatepass")
+    return [int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2)]
+
+
 def key_hash(dedup_key: str) -> int:
-    """A stable, signed 128-bit hash of the key: the Bloom filter's item and the shard's source.
+    """A stable, signed 128-bit hash of the key: the Bloom filter's item.
 
     Stable across processes and restarts (unlike ``hash()``), so a saved filter stays valid.
     """
     digest = hashlib.blake2b(dedup_key.encode("utf-8"), digest_size=16).digest()
     return int.from_bytes(digest, "little", signed=True)
-
-
-def shard_of(hashed: int, shards: int) -> int:
-    return hashed % shards

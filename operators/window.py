@@ -3,16 +3,15 @@
 A request with key k and event time t is a duplicate when the latest accepted request for k has
 event time t0 with ``|t - t0| < W0`` (W0 the window of that accepted request; the bound is
 exclusive, so ``t = t0 + W0`` is new). A request is late when ``t < watermark - allowed
-lateness``; late requests never reach a channel, so late data cannot reopen a closed window.
-State for an accepted key is kept until the watermark passes ``t0 + W0 + allowed lateness``.
+lateness``; late requests never reach a channel, so late data cannot reopen a closed window
+(``operators.dedup`` checks lateness before the rule). State for an accepted key is kept until
+the watermark passes ``t0 + W0 + allowed lateness``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import StrEnum
-
-from operators.errors import InvalidRecordError
 
 MIN_WINDOW_MS = 1_000
 DAY_MS = 86_400_000
@@ -55,16 +54,19 @@ class Accepted:
 class Verdict(StrEnum):
     NEW = "new"
     DUPLICATE = "duplicate"
-    LATE = "late"
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
+    """A request against its key's state.
+
+    :param state: the key's state after this request: the new request for a new one, the original
+        with this repeat counted (``occurrences``) for a duplicate, which is also what the
+        duplicate notice names
+    """
+
     verdict: Verdict
-    #: the key's state after this request (None: unchanged / nothing kept)
-    state: Accepted | None
-    #: for a duplicate: the original it repeats, with the occurrence count of this repeat
-    original: Accepted | None = None
+    state: Accepted
 
 
 def window_ms(dedup_ttl_sec: int | None, cfg: WindowConfig) -> int:
@@ -80,18 +82,6 @@ def is_late(event_time: int, watermark: int, cfg: WindowConfig) -> bool:
     return event_time < watermark - cfg.allowed_lateness_ms
 
 
-def check_not_future(event_time: int, now_ms: int, max_future_ms: int) -> None:
-    """Reject an event time implausibly far ahead of the wall clock.
-
-    One such record would move the watermark past every real request and make all of them
-    late; the source's timestamp assigner ignores it for the same reason.
-    """
-    if event_time > now_ms + max_future_ms:
-        raise InvalidRecordError(
-            f"event_time {event_time} is more than {max_future_ms} ms ahead of the wall clock"
-        )
-
-
 def expiry(entry: Accepted, cfg: WindowConfig) -> int:
     """Event time after which the watermark makes this entry irrelevant: evict it then."""
     return entry.event_time + entry.window_ms + cfg.allowed_lateness_ms
@@ -101,21 +91,9 @@ def is_duplicate(entry: Accepted | None, event_time: int) -> bool:
     return entry is not None and abs(event_time - entry.event_time) < entry.window_ms
 
 
-def decide(
-    entry: Accepted | None,
-    *,
-    notification_id: str,
-    event_time: int,
-    window: int,
-    watermark: int,
-    cfg: WindowConfig,
-) -> Decision:
-    """Classify one request against its key's state."""
-    late = is_late(event_time, watermark, cfg)
-    if late and cfg.late_policy == LatePolicy.SIDE_OUTPUT:
-        return Decision(Verdict.LATE, None)
+def decide(entry: Accepted | None, *, notification_id: str, event_time: int, window: int) -> Decision:
+    """Classify one on-time request against its key's state (lateness is decided before)."""
     if is_duplicate(entry, event_time):
         assert entry is not None
-        repeat = replace(entry, occurrences=entry.occurrences + 1)
-        return Decision(Verdict.DUPLICATE, repeat, original=repeat)
+        return Decision(Verdict.DUPLICATE, replace(entry, occurrences=entry.occurrences + 1))
     return Decision(Verdict.NEW, Accepted(notification_id, event_time, window))

@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from operators import codec
-from operators.routing import Topics
+from operators.contract import Topics
 
 logger = logging.getLogger(__name__)
 

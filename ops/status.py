@@ -18,10 +18,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from operators.metric_names import EMITTED
 from ops.status_probe import (
     DEDUP_COUNTERS,
     DEDUP_OPERATOR,
-    PREPARE_OPERATOR,
+    ROUTE_COUNTERS,
     ROUTE_OPERATOR,
     Agg,
     Probe,
@@ -189,7 +190,7 @@ def _ratio(part: int, whole: int) -> float | None:
 
 def counter_totals(sample: Sample, vertices: Sequence[Vertex]) -> dict[str, int]:
     totals = {n: sample.total(vertices, f"{DEDUP_OPERATOR}.{n}") for n in DEDUP_COUNTERS}
-    totals["invalid"] += sample.total(vertices, f"{PREPARE_OPERATOR}.invalid")
+    totals |= {n: sample.total(vertices, f"{ROUTE_OPERATOR}.{n}") for n in ROUTE_COUNTERS}
     return totals
 
 
@@ -198,7 +199,7 @@ def emitted_per_topic(sample: Sample, cfg: Settings) -> dict[str, int]:
     the metric's (in their order), under the metric's own name otherwise."""
     found = {
         mid.split(".")[2]: int(agg.sum) for (_, mid), agg in sample.values.items()
-        if mid.startswith((f"{ROUTE_OPERATOR}.topic.", f"{DEDUP_OPERATOR}.topic.")) and mid.endswith(".emitted")
+        if mid.startswith(f"{ROUTE_OPERATOR}.topic.") and mid.endswith(f".{EMITTED}")
     }
     out = {t: found.pop(rest_name(t)) for t in cfg.topics.outputs() if rest_name(t) in found}
     return out | dict(sorted(found.items()))

@@ -18,21 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from operators.metric_names import DEDUP_COUNTERS, DEDUP_LEVELS, DEDUP_OPERATOR, EMITTED, ROUTE_COUNTERS, ROUTE_OPERATOR
 from ops.flink_rest import JobControlError, RestClient
 
-#: the operator name given in jobs/dedup_job.py (``.name("dedup")``)
-DEDUP_OPERATOR = "dedup"
-#: the JVM operator after it that writes each outcome's records (``.name("route")``); it counts
-#: them per topic (``route.topic.<topic>.emitted``; builds before it counted them under dedup)
-ROUTE_OPERATOR = "route"
-#: builds before the dedup operator validated input themselves counted invalid input here
-PREPARE_OPERATOR = "prepare"
-#: counters of the dedup operator (jobs/dedup_functions.py COUNTERS)
-DEDUP_COUNTERS = (
-    "accepted", "duplicates", "late", "invalid", "state_reads", "state_reads_skipped",
-    "bloom_false_positives", "evicted",
-)
-DEDUP_GAUGES = ("keys_held", "bloom_keys_estimate", "bloom_fill_ratio_pct", "bloom_bits", "newest_event_time")
+DEDUP_GAUGES = DEDUP_LEVELS
 _ACTIVE_STATES = ("RUNNING", "RESTARTING", "CREATED", "INITIALIZING", "RECONCILING")
 
 
@@ -109,10 +98,10 @@ def _wanted(metric_id: str) -> bool:
     last = metric_id.rsplit(".", 1)[-1]
     if last in ("currentInputWatermark", "currentOutputWatermark", "backPressuredTimeMsPerSecond"):
         return True
-    if metric_id == f"{PREPARE_OPERATOR}.invalid":
+    if metric_id in {f"{ROUTE_OPERATOR}.{n}" for n in ROUTE_COUNTERS}:
         return True
-    if last == "emitted":
-        return metric_id.startswith((f"{ROUTE_OPERATOR}.topic.", f"{DEDUP_OPERATOR}.topic."))
+    if last == EMITTED:
+        return metric_id.startswith(f"{ROUTE_OPERATOR}.topic.")
     return metric_id.startswith(f"{DEDUP_OPERATOR}.") and (
         last in DEDUP_COUNTERS or last in DEDUP_GAUGES or last.startswith("rocksdb_")
     )

@@ -24,9 +24,9 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 
 from operators import codec
+from operators.contract import Topics
 from operators.dedup_key import derive_dedup_key, resolve_dedup_key
 from operators.errors import DedupError, InvalidRecordError
-from operators.routing import Topics
 from ops import kafka_io
 from settings import Settings
 

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from operators.bloom import BloomConfig
+from operators.contract import Topics
 from operators.errors import ConfigError
 from operators.records import Channel
-from operators.routing import Topics
 from operators.window import LatePolicy, WindowConfig
 from senders.policy.breaker import BreakerOptions
 from senders.policy.bucket import RateLimit
@@ -119,7 +119,16 @@ class DedupSettings:
     :param late_policy: side-output (late requests only to the late topic) or best-effort
     :param out_of_orderness_ms: watermark = newest event time of a partition minus this
     :param idleness_ms: a partition with no records for this long stops holding the watermark
-    :param max_future_ms: a request more than this far ahead of the wall clock is invalid
+    :param max_future_ms: a request whose event time is more than this far ahead of the wall clock
+        is invalid and never moves the watermark (the clock skew tolerated between producers and
+        the job)
+    :param max_record_bytes: a serialized request longer than this is invalid
+    :param max_field_bytes: the longest ``dedup_key``, ``notification_id``, ``user_id`` and
+        ``template_id`` (UTF-8 bytes each)
+    :param max_params: the most entries in a request's params
+    :param max_param_bytes: the longest key or value of a params entry (UTF-8 bytes)
+    :param invalid_raw_prefix_bytes: how many bytes of a rejected record its InvalidRecord keeps
+        (with the record's length and SHA-256)
     :param shards: keyed-state shards the dedup keys are spread over (the key of key_by)
     :param bloom_expected_keys: keys the whole job is expected to hold over one default window
     :param bloom_fp_rate: target false-positive rate of the prefilter
@@ -127,6 +136,7 @@ class DedupSettings:
     :param bloom_snapshot_every: keys added to a shard between two snapshots of its filter
     :param batch_max_requests: requests buffered (over all shards of a subtask) before they go to
         the Python dedup operator as one mini-batch per shard
+    :param batch_max_bytes: about the bytes of requests buffered before the mini-batches are sent
     :param batch_max_delay_ms: the longest a request waits for its mini-batch; batches are also
         sent before every watermark and checkpoint barrier
     """
@@ -137,13 +147,19 @@ class DedupSettings:
     late_policy: str = LatePolicy.SIDE_OUTPUT.value
     out_of_orderness_ms: int = 60_000
     idleness_ms: int = 30_000
-    max_future_ms: int = 7 * 86_400_000
+    max_future_ms: int = 5 * 60_000
+    max_record_bytes: int = 64 * 1024
+    max_field_bytes: int = 512
+    max_params: int = 64
+    max_param_bytes: int = 4 * 1024
+    invalid_raw_prefix_bytes: int = 4 * 1024
     shards: int = 128
     bloom_expected_keys: int = 1_000_000
     bloom_fp_rate: float = 0.01
     bloom_segments_per_window: int = 4
     bloom_snapshot_every: int = 512
     batch_max_requests: int = 2_000
+    batch_max_bytes: int = 4 * 1024 * 1024
     batch_max_delay_ms: int = 50
 
     def window_config(self) -> WindowConfig:
@@ -400,7 +416,18 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
         raise ConfigError(f"{where}: {exc}") from None
 
 
+def _field_names(section: Any) -> set[str]:
+    if isinstance(section, Topics):
+        return set(section.by_role())
+    return {f.name for f in dataclasses.fields(section)}
+
+
 def _apply(section: Any, values: Mapping[str, Any], where: str) -> Any:
+    if isinstance(section, Topics):
+        unknown = set(values) - _field_names(section)
+        if unknown:
+            raise ConfigError(f"unknown setting(s) in [{where}]: {', '.join(sorted(unknown))}")
+        return Topics({**section.by_role(), **{k: str(v) for k, v in values.items() if v is not None}})
     hints = typing.get_type_hints(type(section))
     known = {f.name for f in dataclasses.fields(section)}
     unknown = set(values) - known
@@ -432,7 +459,7 @@ def load_settings(
     from_env: dict[str, dict[str, str]] = {}
     for section in _SECTIONS:
         prefix = f"{ENV_PREFIX}{section.upper()}_"
-        names = {f.name for f in dataclasses.fields(getattr(settings, section))}
+        names = _field_names(getattr(settings, section))
         for key, value in env.items():
             if key.startswith(prefix) and key[len(prefix):].lower() in names:
                 from_env.setdefault(section, {})[key[len(prefix):].lower()] = value

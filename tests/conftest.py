@@ -18,7 +18,7 @@ import pytest
 
 from harness.local_kafka import LocalBroker
 from harness.ports import free_port
-from operators.routing import Topics
+from operators.contract import Topics
 from ops import kafka_io
 from settings import Settings
 
@@ -64,10 +64,9 @@ def topic_factory(kafka_bootstrap: str) -> Callable[..., Topics]:
 
 
 def _prefixed(prefix: str) -> Topics:
-    import dataclasses
 
     base = Topics()
-    return Topics(**{f.name: prefix + getattr(base, f.name) for f in dataclasses.fields(base)})
+    return base.with_prefix(prefix)
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ so their output is read and checked like the job's.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
@@ -16,18 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from operators import codec
+from operators.contract import Topics
 from operators.records import NotificationRequest
-from operators.routing import Topics
 
 #: (topic, Kafka key, value)
 Out = tuple[str, bytes | None, bytes]
 
 
 def prefixed_topics(prefix: str, requests: str) -> Topics:
-    base = Topics()
-    fields = {f.name: f"{prefix}.{getattr(base, f.name)}" for f in dataclasses.fields(base)}
-    fields["requests"] = requests
-    return Topics(**fields)
+    return Topics({**Topics().with_prefix(f"{prefix}.").by_role(), "requests": requests})
 
 
 def accepted_outputs(req: NotificationRequest, dedup_key: str, topics: Topics) -> list[Out]:

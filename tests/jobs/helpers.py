@@ -6,8 +6,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from operators.contract import Topics
 from operators.records import NotificationRequest
-from operators.routing import Topics
 from ops import kafka_io
 
 

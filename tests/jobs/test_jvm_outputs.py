@@ -7,11 +7,12 @@ from collections import Counter
 
 import pytest
 
-from operators import codec, routing
+from operators import codec
 from operators.dedup_key import resolve_dedup_key
 from operators.records import Category, Channel, NotificationRequest, Priority
 from operators.window import Accepted
 from ops import kafka_io
+from tests import encoders as routing
 from tests.jobs.helpers import produce, wait_for_total
 
 pytestmark = pytest.mark.integration

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 from typing import Any
@@ -421,7 +422,10 @@ def test_late_notice_round_trip(req: NotificationRequest, watermark: int, reason
 @PROPERTY
 @given(st.binary(max_size=64), TEXT, TEXT, st.integers(0, 2**31 - 1), st.integers(0, 2**63 - 1))
 def test_invalid_record_round_trip(raw: bytes, error: str, topic: str, partition: int, offset: int) -> None:
-    record = {"raw": raw, "error": error, "topic": topic, "partition": partition, "offset": offset}
+    record = {
+        "raw": raw, "raw_length": len(raw), "raw_sha256": hashlib.sha256(raw).hexdigest(),
+        "error": error, "topic": topic, "partition": partition, "offset": offset,
+    }
     assert round_trip("invalid_record", record) == record
 
 

@@ -1,8 +1,5 @@
-"""operators.window against the independent reference model (harness.reference).
-
-The window module is driven the way the Flink operator drives it: a dict of dedup key ->
-Accepted, entries whose expiry the watermark has reached evicted before each request,
-``decide`` called with the request's clamped window, and the decision's state stored.
+"""The dedup rule (operators.window, driven through operators.dedup the way the Flink operator
+drives it: tests/operators/drive.py) against the independent reference model (harness.reference).
 """
 
 from __future__ import annotations
@@ -17,146 +14,37 @@ from hypothesis import strategies as st
 
 from harness import reference
 from harness.reference import Outcome
-from operators import codec, routing
+from operators import codec
+from operators.contract import Topics
 from operators.dedup_key import resolve_dedup_key
 from operators.records import Category, Channel, NotificationRequest, Priority
-from operators.routing import Topics
 from operators.window import (
     DAY_MS,
     MIN_WINDOW_MS,
     NO_WATERMARK,
     Accepted,
     LatePolicy,
-    Verdict,
     WindowConfig,
-    decide,
     expiry,
+    is_late,
     window_ms,
 )
+from tests import encoders as routing
+from tests.operators.drive import Driver, Summary, summarize
+from tests.operators.strategies import BEST, SIDE, cases, configs, req
 
 PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-SIDE = LatePolicy.SIDE_OUTPUT
-BEST = LatePolicy.BEST_EFFORT
 
-
-def req(
-    nid: str,
-    t: int,
-    *,
-    key: str | None = "k",
-    ttl: int | None = None,
-    user: str = "u",
-    channels: tuple[Channel, ...] = (Channel.PUSH,),
-    priority: Priority = Priority.NORMAL,
-    params: dict[str, str] | None = None,
-) -> NotificationRequest:
-    return NotificationRequest(
-        notification_id=nid,
-        user_id=user,
-        template_id="tmpl",
-        channels=channels,
-        event_time=t,
-        params=params or {},
-        priority=priority,
-        dedup_key=key,
-        dedup_ttl_sec=ttl,
-    )
-
-
-# -- the job's way of driving operators.window ---------------------------------------------------
-
-Summary = tuple[str, str | None, int | None, int | None]
+# -- the job's way of driving operators.window: operators.dedup, as the adapter does ------------
 
 
 def drive_window(stream: list[tuple[NotificationRequest, int]], cfg: WindowConfig) -> list[Summary]:
-    state: dict[str, Accepted] = {}
-    out: list[Summary] = []
-    for request, watermark in stream:
-        key = resolve_dedup_key(request)
-        for k in [k for k, e in state.items() if expiry(e, cfg) <= watermark]:
-            del state[k]
-        decision = decide(
-            state.get(key),
-            notification_id=request.notification_id,
-            event_time=request.event_time,
-            window=window_ms(request.dedup_ttl_sec, cfg),
-            watermark=watermark,
-            cfg=cfg,
-        )
-        if decision.state is not None:
-            state[key] = decision.state
-        if decision.verdict is Verdict.DUPLICATE:
-            o = decision.original
-            assert o is not None
-            out.append((decision.verdict.value, o.notification_id, o.event_time, o.occurrences))
-        else:
-            assert decision.original is None
-            out.append((decision.verdict.value, None, None, None))
-    return out
-
-
-def summarize(outcomes: list[Outcome]) -> list[Summary]:
-    return [(o.verdict, o.original_notification_id, o.first_seen_event_time, o.occurrence) for o in outcomes]
+    return Driver(cfg).run(stream)
 
 
 def verdicts(outcomes: list[Outcome]) -> list[str]:
     return [o.verdict for o in outcomes]
-
-
-# -- strategies ---------------------------------------------------------------------------------
-
-TTLS = st.sampled_from([None, None, 0, -1, -1_000, 1, 2, 5, 10, 30, 10**6, 10**12])
-# explicit keys, an empty key (falls back to the derived one) and derived keys of two users
-KEYS = st.sampled_from([("k1", "u"), ("k2", "u"), ("k3", "u"), ("", "u"), (None, "u"), (None, "v")])
-
-
-@st.composite
-def configs(draw: st.DrawFn, policy: LatePolicy | None = None) -> WindowConfig:
-    return WindowConfig(
-        default_window_ms=draw(st.sampled_from([1_000, 5_000, 20_000, 7 * DAY_MS])),
-        max_window_ms=draw(st.sampled_from([1_000, 3_000, 10_000, 30 * DAY_MS])),
-        allowed_lateness_ms=draw(st.sampled_from([0, 1, 500, 5_000, 60_000])),
-        late_policy=policy if policy is not None else draw(st.sampled_from([SIDE, BEST])),
-    )
-
-
-@st.composite
-def streams(draw: st.DrawFn, cfg: WindowConfig) -> list[tuple[NotificationRequest, int]]:
-    """Requests of a few keys with in-order, out-of-order, boundary and far-apart event
-    times, under a watermark that is absent for a while and then rises monotonically."""
-    n = draw(st.integers(0, 40))
-    first_watermark_at = draw(st.integers(0, n + 1))
-    widths = {cfg.default_window_ms, cfg.max_window_ms, 1_000, 2_000, 5_000, 10_000}
-    deltas = sorted({d for w in widths for d in (w - 1, w, w + 1)} | {0, 1})
-    times: list[int] = []
-    watermark = NO_WATERMARK
-    out = []
-    for i in range(n):
-        dedup_key, user = draw(KEYS)
-        mode = draw(st.sampled_from(["fresh", "near", "near", "boundary", "far"]))
-        if mode == "near" and times:
-            t = draw(st.sampled_from(times)) + draw(st.integers(-30_000, 30_000))
-        elif mode == "boundary" and times:
-            t = draw(st.sampled_from(times)) + draw(st.sampled_from(deltas)) * draw(st.sampled_from([1, -1]))
-        elif mode == "far":
-            t = draw(st.integers(-(10**12), 10**12))
-        else:
-            t = draw(st.integers(0, 60_000))
-        times.append(t)
-        if i >= first_watermark_at:
-            if watermark == NO_WATERMARK:
-                watermark = draw(st.integers(-10_000, 60_000))
-            else:
-                watermark += draw(st.sampled_from([0, 1, 999, 1_000]) | st.integers(0, 20_000))
-        out.append((req(f"n{i}", t, key=dedup_key, ttl=draw(TTLS), user=user), watermark))
-    return out
-
-
-@st.composite
-def cases(draw: st.DrawFn, policy: LatePolicy | None = None) -> tuple[WindowConfig, Any]:
-    cfg = draw(configs(policy))
-    return cfg, draw(streams(cfg))
 
 
 # -- properties ---------------------------------------------------------------------------------
@@ -380,8 +268,7 @@ def test_side_output_late_requests_leave_state_alone() -> None:
         ("late", None, None, None),
         ("duplicate", "a", 20_000, 2),  # occurrence 2: the late request did not count
     ]
-    late_decision = decide(None, notification_id="x", event_time=0, window=1_000, watermark=1_001, cfg=cfg)
-    assert late_decision.verdict is Verdict.LATE and late_decision.state is None
+    assert is_late(0, 1_001, cfg) and not is_late(1_001, 1_001, cfg)
 
 
 def test_best_effort_late_requests_are_deduplicated_against_state() -> None:

@@ -23,8 +23,8 @@ NOW = BASE + 15 * 60_000
 MIN_LONG = -9.223372036854776e18
 
 VERTEX_NAMES = {
-    SOURCE_V: "Source: requests -> shard",
-    DEDUP_V: "dedup -> outputs: Writer -> outputs: Committer",
+    SOURCE_V: "Source: requests -> carry-watermark",
+    DEDUP_V: "batch -> dedup -> route -> outputs: Writer -> outputs: Committer",
 }
 
 
@@ -33,15 +33,15 @@ def default_values() -> dict[tuple[str, str], tuple[float, float, float]]:
     wm = float(BASE + 9 * 60_000 - 1)
     v: dict[tuple[str, str], tuple[float, float, float]] = {
         (SOURCE_V, "Source__requests.currentOutputWatermark"): (wm, wm + 5, 2 * wm + 5),
-        (SOURCE_V, "shard.currentInputWatermark"): (wm, wm + 5, 2 * wm + 5),
-        (SOURCE_V, "shard.currentOutputWatermark"): (wm, wm + 5, 2 * wm + 5),
+        (SOURCE_V, "carry-watermark.currentInputWatermark"): (wm, wm + 5, 2 * wm + 5),
+        (SOURCE_V, "carry-watermark.currentOutputWatermark"): (wm, wm + 5, 2 * wm + 5),
         (SOURCE_V, "backPressuredTimeMsPerSecond"): (0, 12, 12),
         (DEDUP_V, "currentInputWatermark"): (wm, wm, 2 * wm),
         (DEDUP_V, "dedup.currentInputWatermark"): (wm, wm, 2 * wm),
         (DEDUP_V, "dedup.accepted"): (30, 50, 80),
         (DEDUP_V, "dedup.duplicates"): (5, 15, 20),
         (DEDUP_V, "dedup.late"): (0, 2, 2),
-        (DEDUP_V, "dedup.invalid"): (1, 2, 3),
+        (DEDUP_V, "route.invalid"): (1, 2, 3),
         (DEDUP_V, "dedup.state_reads"): (10, 15, 25),
         (DEDUP_V, "dedup.state_reads_skipped"): (35, 40, 75),
         (DEDUP_V, "dedup.bloom_false_positives"): (0, 1, 1),

@@ -32,8 +32,8 @@ import yaml
 from dedupctl import cli
 from harness.ports import free_port
 from operators import codec
+from operators.contract import Topics
 from operators.records import Channel, NotificationRequest, Priority
-from operators.routing import Topics
 from ops import kafka_io
 from ops.flink_rest import RestClient
 from ops.status import collect
@@ -202,11 +202,11 @@ def ops_run(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> I
 
 def test_metric_values_after_the_scenario(ops_run):
     rest = RestClient(ops_run.rest_url)
-    names = ["accepted", "duplicates", "late", "invalid", "state_reads", "state_reads_skipped",
+    names = ["accepted", "duplicates", "late", "state_reads", "state_reads_skipped",
              "bloom_false_positives", "evicted", "keys_held", "newest_event_time", "currentInputWatermark"]
     emitted = [f"topic.{rest_name(t)}.emitted" for t in ops_run.topics.outputs()]
     m = rest.operator_metrics(ops_run.job_id, "dedup", names)
-    m |= rest.operator_metrics(ops_run.job_id, "route", emitted)
+    m |= rest.operator_metrics(ops_run.job_id, "route", ["invalid", *emitted])
     assert (m["accepted"], m["duplicates"], m["late"], m["invalid"]) == (80, 20, 2, 3)
     # every on-time request looked its key up once; each repeat had to read state
     assert m["state_reads"] + m["state_reads_skipped"] == 100
@@ -233,13 +233,12 @@ def test_status_json(ops_run, capsys):
     assert s["uptime_ms"] > 0
     ops = {o["operator"]: o for o in s["operators"]}
     assert list(ops) == [
-        "Source: requests", "shard", "carry-watermark", "batch", "dedup", "route", "outputs: Writer",
-        "outputs: Committer",
+        "Source: requests", "carry-watermark", "batch", "dedup", "route", "outputs: Writer", "outputs: Committer",
     ]
     assert ops["dedup"]["watermark"] == WATERMARK
     assert ops["dedup"]["lag_event_ms"] == 60_001
     assert ops["dedup"]["lag_wall_ms"] == s["now"] - WATERMARK
-    assert ops["shard"]["watermark"] == ops["route"]["watermark"] == ops["outputs: Writer"]["watermark"] == WATERMARK
+    assert ops["carry-watermark"]["watermark"] == ops["route"]["watermark"] == ops["outputs: Writer"]["watermark"] == WATERMARK
     assert s["totals"] == {
         "accepted": 80, "duplicates": 20, "late": 2, "invalid": 3, "evicted": 0,
         "state_reads": s["totals"]["state_reads"], "state_reads_skipped": s["totals"]["state_reads_skipped"],

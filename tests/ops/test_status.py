@@ -50,13 +50,13 @@ def test_watermark_rows(url, fake):
     report, _ = report_of(url, fake)
     rows = {r.operator: r for r in report.operators}
     # the source shows the watermark it emits, every other operator the one it receives
-    assert list(rows) == ["Source: requests", "shard", "dedup", "outputs: Writer", "outputs: Committer"]
+    assert list(rows) == ["Source: requests", "carry-watermark", "dedup", "outputs: Writer", "outputs: Committer"]
     dedup = rows["dedup"]
     assert dedup.watermark == WATERMARK
     assert dedup.lag_event_ms == BASE + 10 * 60_000 - WATERMARK  # newest event time (max) - watermark
     assert dedup.lag_wall_ms == NOW - WATERMARK
     assert dedup.parallelism == 2
-    assert rows["shard"].backpressured_ms_per_s == 12  # the worst subtask of its vertex
+    assert rows["carry-watermark"].backpressured_ms_per_s == 12  # the worst subtask of its vertex
     # a subtask without a watermark yet holds the operator back: none to show
     assert rows["outputs: Writer"].watermark is None and rows["outputs: Writer"].lag_wall_ms is None
 
@@ -93,7 +93,7 @@ def test_rates_are_counter_deltas_over_the_uptime_between_two_store_refreshes(ur
     assert tracker.update(reading.sample) is False
     assert tracker.update(probe.sample(reading.vertices)) is False  # the same refresh again
     fake.bump("dedup.accepted", 120, uptime_ms=10_000)
-    fake.bump("dedup.invalid", 5, uptime_ms=0)
+    fake.bump("route.invalid", 5, uptime_ms=0)
     assert tracker.update(probe.sample(reading.vertices)) is True
     assert tracker.rates == {"accepted": 12.0, "duplicates": 0.0, "late": 0.0, "invalid": 0.5}
     assert tracker.window_s == 10.0
@@ -226,13 +226,11 @@ def test_cli_without_a_cluster(capsys):
 
 
 
-def test_counters_of_other_builds():
-    """Topics named otherwise than configured keep the metric's name; a job built before the
-    dedup operator validated input counted invalid records in its prepare operator."""
+def test_invalid_input_is_counted_by_the_route_operator_and_other_topics_keep_their_metric_name():
     sample = Sample(1.0, 0, {
-        ("v", "prepare.invalid"): Agg(1, 1, 2),
-        ("v", "dedup.topic.t1_notifications_push.emitted"): Agg(4, 4, 4),
-        ("v", "dedup.topic.notifications_sms.emitted"): Agg(1, 1, 1),
+        ("v", "route.invalid"): Agg(1, 1, 2),
+        ("v", "route.topic.t1_notifications_push.emitted"): Agg(4, 4, 4),
+        ("v", "route.topic.notifications_sms.emitted"): Agg(1, 1, 1),
     }, 0.0)
     vertex = Vertex("v", "x", 1, {}, ())
     assert counter_totals(sample, [vertex])["invalid"] == 2

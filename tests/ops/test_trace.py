@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from dedupctl import cli
-from operators.routing import Topics
+from operators.contract import Topics
 from ops import kafka_io
 from ops.trace import Tracer, TraceResult, parse_since
 from ops.trace_view import render

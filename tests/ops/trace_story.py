@@ -8,12 +8,13 @@ from dataclasses import dataclass
 
 from fastavro import schemaless_writer
 
-from operators import codec, routing
+from operators import codec
+from operators.contract import Topics
 from operators.dedup_key import resolve_dedup_key
 from operators.records import Channel, NotificationRequest, Priority, SourcePosition
-from operators.routing import Topics
 from operators.window import Accepted
 from ops import kafka_io
+from tests import encoders as routing
 
 BASE = 1_796_115_600_000
 WATERMARK = BASE + 9 * 60_000 - 1

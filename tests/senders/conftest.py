@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from operators import codec
+from operators.contract import Topics
 from operators.records import Channel
-from operators.routing import Topics
 from ops import kafka_io
 from senders.runtime.pool import ensure_topics
 from settings import Settings

@@ -7,8 +7,8 @@ import pytest
 from harness import scenario
 from harness.senders_demo import run_senders_demo
 from operators.dedup_key import resolve_dedup_key
-from operators.routing import channel_messages
 from ops import kafka_io
+from tests.encoders import channel_messages
 from tests.senders.conftest import SettingsFactory
 
 pytestmark = pytest.mark.integration

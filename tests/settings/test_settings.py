@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from operators.contract import Topics
 from operators.errors import ConfigError
-from operators.routing import Topics
 from operators.window import DAY_MS, LatePolicy, WindowConfig
 from settings import (
     DedupSettings,

@@ -1,130 +1,161 @@
 package io.notifydedup.flink;
 
+import io.notifydedup.contract.AvroSchema;
+import io.notifydedup.contract.AvroWriter;
+import io.notifydedup.contract.Contract;
+import io.notifydedup.contract.Keys;
+
 import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
+import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.Map;
+import java.util.List;
 
 /**
- * Schemaless Avro encoders of the records the job writes, field by field as schemas/*.avsc
- * define them, from a request parsed by {@link RequestParser}. A request is written normalized,
- * as the Python codec writes it: each channel once, a map in one block.
+ * The records the job writes, encoded in the JVM (the only encoder of the job's output), field by
+ * field as their schemas define them. A field the outcome determines is given by name; every other
+ * field of an output schema is filled from the request's field of the same name, so a field added
+ * to a request and to the channel message in schemas/ flows through with no code change. A field
+ * that can be filled neither way (or whose types differ) stops the job at start with its name.
  */
 final class Outputs {
-    private Outputs() {}
+    /** Fills one output schema: for each of its fields, an explicit value's slot or a request field. */
+    private static final class Plan {
+        final AvroSchema schema;
+        final String[] explicit;
+        final int[] slot; // index into the explicit values, or -1
+        final int[] fromRequest; // index into the request's fields, or -1
 
-    static final String[] CHANNELS = {"push", "sms", "email"};
-    static final int PRIORITY_HIGH = 0;
-
-    /** ChannelMessage: the accepted request on one channel, with its message and dedup keys. */
-    static byte[] channelMessage(RequestParser.Fields f, String dedupKey, int channel) {
-        Writer w = new Writer(64 + 2 * dedupKey.length());
-        w.string(dedupKey + ":" + CHANNELS[channel]);
-        w.varLong(channel);
-        requestFields(w, f);
-        w.string(dedupKey);
-        optionalLong(w, f.dedupTtlSec);
-        return w.bytes();
-    }
-
-    /** DuplicateNotice: a repeat of an accepted request, suppressed. */
-    static byte[] duplicateNotice(
-            RequestParser.Fields f, String dedupKey, String originalId, long firstSeen, int occurrence) {
-        Writer w = new Writer(64 + dedupKey.length());
-        w.string(f.notificationId).string(dedupKey).string(originalId);
-        w.varLong(firstSeen).varLong(f.eventTime).varLong(occurrence);
-        return w.bytes();
-    }
-
-    /** LateNotice: the request, the watermark it was behind, and why it is late. */
-    static byte[] lateNotice(RequestParser.Fields f, long watermark, String reason) {
-        Writer w = new Writer(128);
-        request(w, f);
-        w.varLong(watermark).string(reason);
-        return w.bytes();
-    }
-
-    /** NotificationRequest, normalized. */
-    static void request(Writer w, RequestParser.Fields f) {
-        requestFields(w, f);
-        if (f.dedupKey == null) {
-            w.varLong(0);
-        } else {
-            w.varLong(1).string(f.dedupKey);
-        }
-        optionalLong(w, f.dedupTtlSec);
-    }
-
-    /** notification_id to event_time: the fields a ChannelMessage shares with its request. */
-    private static void requestFields(Writer w, RequestParser.Fields f) {
-        w.string(f.notificationId).string(f.userId).string(f.templateId);
-        params(w, f.params);
-        channels(w, f.channels);
-        w.varLong(f.priority).varLong(f.category).varLong(f.eventTime);
-    }
-
-    private static void params(Writer w, Map<String, String> params) {
-        if (!params.isEmpty()) {
-            w.varLong(params.size());
-            for (Map.Entry<String, String> e : params.entrySet()) {
-                w.string(e.getKey()).string(e.getValue());
+        Plan(AvroSchema schema, AvroSchema request, String... explicit) {
+            this.schema = schema;
+            this.explicit = explicit;
+            List<AvroSchema.Field> fields = schema.fields();
+            slot = new int[fields.size()];
+            fromRequest = new int[fields.size()];
+            List<String> names = Arrays.asList(explicit);
+            for (AvroSchema.Field f : fields) {
+                slot[f.pos] = names.indexOf(f.name);
+                fromRequest[f.pos] = -1;
+                if (slot[f.pos] >= 0) {
+                    continue;
+                }
+                int r = request.indexOf(f.name);
+                if (r < 0 || !request.fields().get(r).schema.sameShape(f.schema)) {
+                    throw new IllegalArgumentException(schema.name + "." + f.name
+                            + " is neither given by the outcome nor a request field of the same type");
+                }
+                fromRequest[f.pos] = r;
+            }
+            for (String name : explicit) {
+                schema.require(name);
             }
         }
-        w.varLong(0);
-    }
 
-    private static void channels(Writer w, int[] channels) {
-        w.varLong(channels.length);
-        for (int c : channels) {
-            w.varLong(c);
-        }
-        w.varLong(0);
-    }
-
-    private static void optionalLong(Writer w, Long value) {
-        if (value == null) {
-            w.varLong(0);
-        } else {
-            w.varLong(1).varLong(value);
-        }
-    }
-
-    /** A growing byte buffer with Avro's zig-zag varints and length-prefixed UTF-8. */
-    static final class Writer {
-        private byte[] buf;
-        private int len;
-
-        Writer(int capacity) {
-            buf = new byte[capacity];
-        }
-
-        Writer varLong(long value) {
-            ensure(10);
-            long n = (value << 1) ^ (value >> 63);
-            while ((n & ~0x7FL) != 0) {
-                buf[len++] = (byte) ((n & 0x7F) | 0x80);
-                n >>>= 7;
+        byte[] encode(Object[] request, Object... values) {
+            Object[] out = new Object[slot.length];
+            for (int i = 0; i < slot.length; i++) {
+                out[i] = slot[i] >= 0 ? values[slot[i]] : request[fromRequest[i]];
             }
-            buf[len++] = (byte) n;
-            return this;
+            return AvroWriter.write(schema, out);
         }
+    }
 
-        Writer string(String s) {
-            byte[] utf8 = s.getBytes(StandardCharsets.UTF_8);
-            varLong(utf8.length);
-            ensure(utf8.length);
-            System.arraycopy(utf8, 0, buf, len, utf8.length);
-            len += utf8.length;
-            return this;
+    private final Keys keys;
+    private final RequestParser parser;
+    private final List<String> messageKeyParts;
+    private final List<String> channelSymbols;
+    private final Plan channelMessage;
+    private final Plan duplicateNotice;
+    private final Plan lateNotice;
+    private final Plan invalidRecord;
+
+    Outputs(Contract contract, RequestParser parser) {
+        this.keys = new Keys(contract);
+        this.parser = parser;
+        AvroSchema request = parser.schema;
+        AvroSchema channelEnum = request.fields().get(parser.channels).schema.element;
+        channelSymbols = channelEnum.symbols();
+        messageKeyParts = new ArrayList<>(contract.messageKeyParts);
+        channelMessage = new Plan(schemaOf(contract, "accepted"), request, "message_key", "channel", "dedup_key");
+        if (!channelMessage.schema.field("channel").schema.sameShape(channelEnum)) {
+            throw new IllegalArgumentException("ChannelMessage.channel and the request's channels differ");
         }
-
-        byte[] bytes() {
-            return Arrays.copyOf(buf, len);
+        duplicateNotice = new Plan(schemaOf(contract, "duplicate"), request,
+                "dedup_key", "original_notification_id", "first_seen_event_time", "occurrence");
+        lateNotice = new Plan(schemaOf(contract, "late"), request, "request", "watermark", "reason");
+        if (!lateNotice.schema.field("request").schema.sameShape(request)) {
+            throw new IllegalArgumentException("LateNotice.request is not the request's schema");
         }
-
-        private void ensure(int more) {
-            if (len + more > buf.length) {
-                buf = Arrays.copyOf(buf, Math.max(buf.length * 2, len + more));
+        invalidRecord = new Plan(schemaOf(contract, "invalid"), request,
+                "raw", "raw_length", "raw_sha256", "error", "topic", "partition", "offset");
+        for (String part : messageKeyParts) {
+            if (!part.equals("dedup_key") && !part.equals("channel")) {
+                request.require(part);
             }
+        }
+    }
+
+    private static AvroSchema schemaOf(Contract contract, String outcome) {
+        for (Contract.Topic t : contract.topics) {
+            if (outcome.equals(t.outcome)) {
+                return contract.schema(t.schema);
+            }
+        }
+        throw new IllegalArgumentException("no topic for outcome " + outcome);
+    }
+
+    /** The message key of a request on one channel: the contract's parts, by name. */
+    String messageKey(Object[] request, String dedupKey, int channel) {
+        Object[] parts = new Object[messageKeyParts.size()];
+        for (int i = 0; i < parts.length; i++) {
+            String part = messageKeyParts.get(i);
+            parts[i] = switch (part) {
+                case "dedup_key" -> dedupKey;
+                case "channel" -> channelSymbols.get(channel);
+                default -> request[parser.schema.require(part)];
+            };
+        }
+        return keys.messageKey(parts);
+    }
+
+    /** The Kafka key a topic's contract entry names: a request field, the resolved dedup key, or none. */
+    byte[] kafkaKey(Contract.Topic topic, Object[] request, String dedupKey) {
+        if (topic.key == null) {
+            return null;
+        }
+        Object v = topic.key.equals("dedup_key") ? dedupKey : request[parser.schema.require(topic.key)];
+        return v == null ? null : v.toString().getBytes(StandardCharsets.UTF_8);
+    }
+
+    byte[] channelMessage(Object[] request, String dedupKey, int channel) {
+        return channelMessage.encode(request, messageKey(request, dedupKey, channel), channel, dedupKey);
+    }
+
+    byte[] duplicateNotice(Object[] request, String dedupKey, String originalId, long firstSeen, int occurrence) {
+        return duplicateNotice.encode(request, dedupKey, originalId, firstSeen, occurrence);
+    }
+
+    byte[] lateNotice(Object[] request, long watermark, String reason) {
+        return lateNotice.encode(request, request, watermark, reason);
+    }
+
+    /** An InvalidRecord: at most {@code prefixBytes} of the record, with its whole length and SHA-256. */
+    byte[] invalidRecord(byte[] raw, int prefixBytes, String error, String topic, int partition, long offset) {
+        byte[] kept = raw.length <= prefixBytes ? raw : Arrays.copyOf(raw, prefixBytes);
+        return invalidRecord.encode(null, kept, (long) raw.length, sha256(raw), error, topic, partition, offset);
+    }
+
+    static String sha256(byte[] raw) {
+        try {
+            byte[] d = MessageDigest.getInstance("SHA-256").digest(raw);
+            StringBuilder sb = new StringBuilder(64);
+            for (byte b : d) {
+                sb.append(Character.forDigit((b >> 4) & 0xf, 16)).append(Character.forDigit(b & 0xf, 16));
+            }
+            return sb.toString();
+        } catch (NoSuchAlgorithmException e) {
+            throw new IllegalStateException("SHA-256 is not available", e);
         }
     }
 }

@@ -1,158 +1,148 @@
 package io.notifydedup.flink;
 
-import java.nio.ByteBuffer;
-import java.nio.charset.CharacterCodingException;
-import java.nio.charset.CharsetDecoder;
-import java.nio.charset.CodingErrorAction;
+import io.notifydedup.contract.AvroReader;
+import io.notifydedup.contract.AvroSchema;
+import io.notifydedup.contract.Contract;
+
 import java.nio.charset.StandardCharsets;
-import java.util.LinkedHashMap;
+import java.util.ArrayList;
+import java.util.LinkedHashSet;
+import java.util.List;
 import java.util.Map;
 
 /**
- * Reads a schemaless Avro {@code NotificationRequest}: its event time (for watermarks), its dedup
- * key (for routing to a shard), what the Python decision needs, and what the output records
- * repeat (see {@link Outputs}).
- *
- * <p>It follows schemas/notification_request.avsc field by field and checks the structure as
- * strictly as the Python decoder does (lengths, UTF-8, enum ranges, union branches, non-empty
- * required fields, no trailing bytes); anything else is {@code null}, and Python reports why.
+ * Parses a {@code NotificationRequest} once, where it enters the job, and decides whether it can be
+ * used: the schema (schemas/notification_request.avsc, walked by {@link AvroReader}), the
+ * contract's required fields (schemas/contract.json) and the {@link Limits}. A usable request comes
+ * back as its fields in schema order, normalized (each channel once, in first-seen order); any
+ * other record as the reason, in words fit for {@code notifications.invalid}.
  */
 final class RequestParser {
-    private static final int CHANNELS = 3;
-    private static final int PRIORITIES = 3;
-    private static final int CATEGORIES = 2;
+    /** A request's fields, or why there are none. */
+    static final class Result {
+        final Object[] fields;
+        final String reason;
 
-    private static final ThreadLocal<CharsetDecoder> UTF8 =
-            ThreadLocal.withInitial(
-                    () ->
-                            StandardCharsets.UTF_8
-                                    .newDecoder()
-                                    .onMalformedInput(CodingErrorAction.REPORT)
-                                    .onUnmappableCharacter(CodingErrorAction.REPORT));
-
-    /** The fields of a structurally valid request. */
-    static final class Fields {
-        String notificationId;
-        String userId;
-        String templateId;
-        Map<String, String> params;
-        int[] channels; // enum indexes, each once, in first-seen order
-        int priority;
-        int category;
-        long eventTime;
-        String dedupKey; // null or empty when not given
-        Long dedupTtlSec; // null when not given
+        private Result(Object[] fields, String reason) {
+            this.fields = fields;
+            this.reason = reason;
+        }
     }
 
-    private RequestParser() {}
+    final AvroSchema schema;
+    final int eventTime;
+    final int channels;
+    final int priority;
+    final int params;
+    private final int[] requiredText;
+    private final int[] nonEmpty;
+    private final int[] limitedFields;
+    private final int[] limitedBytes;
+    private final Limits limits;
 
-    /** The request's fields, or null when the bytes are not a NotificationRequest. */
-    static Fields parse(byte[] buf) {
+    RequestParser(Contract contract, Limits limits) {
+        this.limits = limits;
+        schema = contract.request();
+        eventTime = schema.require(contract.eventTimeField);
+        channels = schema.require(contract.channelsField);
+        priority = schema.require(contract.priorityField);
+        params = schema.require("params");
+        requiredText = contract.requiredText.stream().mapToInt(schema::require).toArray();
+        nonEmpty = contract.nonEmpty.stream().mapToInt(schema::require).toArray();
+        List<Map.Entry<String, Integer>> limited = new ArrayList<>(limits.maxFieldBytes().entrySet());
+        limitedFields = limited.stream().mapToInt(e -> schema.require(e.getKey())).toArray();
+        limitedBytes = limited.stream().mapToInt(Map.Entry::getValue).toArray();
+    }
+
+    String name(int field) {
+        return schema.fields().get(field).name;
+    }
+
+    /** The request in {@code value}, judged at wall-clock time {@code nowMs}. */
+    Result parse(byte[] value, long nowMs) {
+        if (value.length == 0) {
+            return reject("empty record");
+        }
+        if (value.length > limits.maxRecordBytes()) {
+            return reject("record of " + value.length + " bytes is over the limit of " + limits.maxRecordBytes()
+                    + " bytes (dedup.max_record_bytes)");
+        }
+        Object[] f;
         try {
-            Reader r = new Reader(buf);
-            Fields f = new Fields();
-            f.notificationId = r.string();
-            f.userId = r.string();
-            f.templateId = r.string();
-            if (f.notificationId.isEmpty() || f.userId.isEmpty() || f.templateId.isEmpty()) {
-                return null;
-            }
-            f.params = new LinkedHashMap<>();
-            for (long n = r.blockCount(); n != 0; n = r.blockCount()) {
-                for (long i = 0; i < n; i++) {
-                    String key = r.string();
-                    f.params.put(key, r.string()); // a repeated key keeps its last value
-                }
-            }
-            int[] seen = new int[CHANNELS];
-            int distinct = 0;
-            for (long n = r.blockCount(); n != 0; n = r.blockCount()) {
-                for (long i = 0; i < n; i++) {
-                    int c = (int) r.enumIndex(CHANNELS);
-                    boolean known = false;
-                    for (int j = 0; j < distinct; j++) {
-                        known |= seen[j] == c;
-                    }
-                    if (!known) {
-                        seen[distinct++] = c;
-                    }
-                }
-            }
-            if (distinct == 0) {
-                return null;
-            }
-            f.channels = java.util.Arrays.copyOf(seen, distinct);
-            f.priority = (int) r.enumIndex(PRIORITIES);
-            f.category = (int) r.enumIndex(CATEGORIES);
-            f.eventTime = r.varLong();
-            f.dedupKey = r.enumIndex(2) == 1 ? r.string() : null;
-            f.dedupTtlSec = r.enumIndex(2) == 1 ? r.varLong() : null;
-            return r.atEnd() ? f : null;
-        } catch (IllegalStateException | ArrayIndexOutOfBoundsException e) {
-            return null;
+            f = (Object[]) AvroReader.read(schema, value);
+        } catch (AvroReader.MalformedException e) {
+            return reject("undecodable NotificationRequest: " + e.getMessage());
         }
+        for (int i : requiredText) {
+            if (f[i] == null || ((String) f[i]).isEmpty()) {
+                return reject(name(i) + " is missing or empty");
+            }
+        }
+        for (int i : nonEmpty) {
+            if (f[i] == null || ((List<?>) f[i]).isEmpty()) {
+                return reject(name(i) + " is missing or empty");
+            }
+        }
+        for (int k = 0; k < limitedFields.length; k++) {
+            Object v = f[limitedFields[k]];
+            int bytes = v == null ? 0 : utf8Length((String) v);
+            if (bytes > limitedBytes[k]) {
+                return reject(name(limitedFields[k]) + " of " + bytes + " bytes is over the limit of " + limitedBytes[k]
+                        + " bytes (dedup.max_field_bytes)");
+            }
+        }
+        String tooBig = checkParams((Map<?, ?>) f[params]);
+        if (tooBig != null) {
+            return reject(tooBig);
+        }
+        long t = (Long) f[eventTime];
+        if (t > nowMs + limits.maxFutureMs()) {
+            return reject(name(eventTime) + " " + t + " is " + (t - nowMs) + " ms ahead of the clock, more than the "
+                    + limits.maxFutureMs() + " ms allowed (dedup.max_future_ms)");
+        }
+        f[channels] = new ArrayList<>(new LinkedHashSet<>((List<?>) f[channels]));
+        return new Result(f, null);
     }
 
-    private static final class Reader {
-        private final byte[] buf;
-        private int pos;
-
-        Reader(byte[] buf) {
-            this.buf = buf;
+    private String checkParams(Map<?, ?> map) {
+        if (map.size() > limits.maxParams()) {
+            return "params has " + map.size() + " entries, more than the limit of " + limits.maxParams()
+                    + " (dedup.max_params)";
         }
-
-        long varLong() {
-            long raw = 0;
-            int shift = 0;
-            while (true) {
-                if (shift > 63) {
-                    throw new IllegalStateException("varint too long");
-                }
-                byte b = buf[pos++];
-                raw |= (long) (b & 0x7f) << shift;
-                if ((b & 0x80) == 0) {
-                    return (raw >>> 1) ^ -(raw & 1);
-                }
-                shift += 7;
+        for (Map.Entry<?, ?> e : map.entrySet()) {
+            int bytes = Math.max(utf8Length((String) e.getKey()), utf8Length((String) e.getValue()));
+            if (bytes > limits.maxParamBytes()) {
+                return "a params entry of " + bytes + " bytes is over the limit of " + limits.maxParamBytes()
+                        + " bytes (dedup.max_param_bytes)";
             }
         }
+        return null;
+    }
 
-        String string() {
-            long len = varLong();
-            if (len < 0 || len > buf.length - pos) {
-                throw new IllegalStateException("bad length");
-            }
-            try {
-                String s = UTF8.get().decode(ByteBuffer.wrap(buf, pos, (int) len)).toString();
-                pos += (int) len;
-                return s;
-            } catch (CharacterCodingException e) {
-                throw new IllegalStateException("not UTF-8");
+    private static Result reject(String reason) {
+        return new Result(null, reason);
+    }
+
+    /** UTF-8 length of a string, without encoding it. */
+    static int utf8Length(String s) {
+        int n = 0;
+        for (int i = 0; i < s.length(); i++) {
+            char c = s.charAt(i);
+            if (c < 0x80) {
+                n += 1;
+            } else if (c < 0x800) {
+                n += 2;
+            } else if (Character.isHighSurrogate(c) && i + 1 < s.length() && Character.isLowSurrogate(s.charAt(i + 1))) {
+                n += 4;
+                i++;
+            } else {
+                n += 3;
             }
         }
+        return n;
+    }
 
-        long blockCount() {
-            long n = varLong();
-            if (n < 0) {
-                n = -n;
-                varLong(); // block size in bytes
-            }
-            if (n > buf.length) {
-                throw new IllegalStateException("bad block count");
-            }
-            return n;
-        }
-
-        long enumIndex(int size) {
-            long i = varLong();
-            if (i < 0 || i >= size) {
-                throw new IllegalStateException("bad enum or union index");
-            }
-            return i;
-        }
-
-        boolean atEnd() {
-            return pos == buf.length;
-        }
+    static byte[] utf8(String s) {
+        return s.getBytes(StandardCharsets.UTF_8);
     }
 }
