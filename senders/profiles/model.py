@@ -83,7 +83,8 @@ def _check_hhmm(value: str) -> str:
     return value
 
 
-def _check_locale(value: str) -> str:
+def canonical_locale(value: str) -> str:
+    """A language tag in its canonical case (``EN-us`` -> ``en-US``); raises ValueError."""
     match = _LOCALE.fullmatch(value)
     if match is None:
         raise ValueError("a locale must be a language tag such as bn, en or en-US")
@@ -93,7 +94,7 @@ def _check_locale(value: str) -> str:
 
 TimeZoneName = Annotated[StrictStr, AfterValidator(_check_zone)]
 LocalTime = Annotated[StrictStr, AfterValidator(_check_hhmm)]
-Locale = Annotated[StrictStr, AfterValidator(_check_locale)]
+Locale = Annotated[StrictStr, AfterValidator(canonical_locale)]
 Platform = Literal["ios", "android", "web"]
 
 
