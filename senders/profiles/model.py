@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import re
 import zoneinfo
-from collections.abc import Mapping
 from datetime import time
 from functools import cache
 from typing import Annotated, Any, Literal
@@ -175,11 +174,6 @@ class EmailContact(_Contact):
 
 
 Contact = PushContact | SmsContact | EmailContact
-CONTACT_TYPES: Mapping[Channel, type[_Contact]] = {
-    Channel.PUSH: PushContact,
-    Channel.SMS: SmsContact,
-    Channel.EMAIL: EmailContact,
-}
 
 
 class Contacts(StrictModel):

@@ -1,18 +1,19 @@
 """The rules of one channel message at send time, before the provider call.
 
-=========================  ===========================================  ===========================
-                           transactional (codes, order and payments)    marketing
-=========================  ===========================================  ===========================
-no active address          skipped: no_address                          skipped: no_address
-opt-out                    never                                        skipped: opted_out
-quiet hours                never (a code at 2 a.m. is expected)          deferred to the window's end
-limit                      one-time codes: per recipient per window      per user per local day
-                           -> rejected: recipient_limit                 -> rejected: marketing_limit
-preferences unreadable     fail open: send                              fail closed: deferred
-                                                                        (preferences_unavailable)
-=========================  ===========================================  ===========================
+=======================  ==========================================  ============================
+check, in this order     transactional (codes, orders, payments)     marketing
+=======================  ==========================================  ============================
+no active address        skipped: no_address                         skipped: no_address
+preferences unreadable   fail open: go on                            fail closed: deferred
+                                                                     (preferences_unavailable)
+opt-out                  never                                       skipped: opted_out
+quiet hours              never (a code at 2 a.m. is expected)        deferred to the window's end
+limit                    one-time codes, per recipient per window    per user per local day
+                         -> rejected: recipient_limit                -> rejected: marketing_limit
+otherwise                send                                        send
+=======================  ==========================================  ============================
 
-The checks run in that order, so a limit is consumed only by a message that is really sent.
+A limit is checked last, so it is consumed only by a message that is really sent.
 The kind is the template's: a request that claims ``transactional`` for a marketing template
 is marketing. A deferred message is decided again, by the same function, when it is due: the
 user may have opted out or changed the quiet hours meanwhile.
@@ -24,7 +25,8 @@ A user with no profile has no contacts: ``Contacts()`` (skipped: no_address).
 
 Counting exactly once: the store calls ``limit_claims`` for the counters to read inside the
 claim transaction, then ``decide`` with their states, and records ``Decision.consume`` (the units
-of a message it sends) in the same transaction.
+of a message it sends) in the same transaction. Render before recording them: a message that
+fails to render is rejected and consumes nothing.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 from senders.rules.options import RuleOptions
@@ -70,7 +70,7 @@ def marketing_claim(
         return None
     day = local_day(zone, now_ms)
     # two local midnights on: past the end of this local day whatever the clocks do
-    after = datetime.combine(day + timedelta(days=2), datetime.min.time(), tzinfo=zone)
+    after = datetime.combine(day + timedelta(days=2), time(), tzinfo=zone)
     return LimitClaim(
         key=f"marketing:{user_id}:{day.isoformat()}",
         unit=notification_id,

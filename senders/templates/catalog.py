@@ -35,7 +35,8 @@ One directory per template, named by the template id (``[a-z0-9][a-z0-9_.-]*``):
 Every locale of a version has a body for every channel of the template, each part present and
 not blank, and every version has the default locale. The parts are Jinja2 templates; the
 parameters a body uses are its undeclared variables (``jinja2.meta``), what the version needs
-is their union. Any other file, key or value is an error; ``scan`` lists them all.
+is their union. Any other file in a template's directory (hidden files aside), key or value is
+an error; ``scan`` lists them all. Files at the top of the directory (a README) are ignored.
 """
 
 from __future__ import annotations
