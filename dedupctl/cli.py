@@ -204,6 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_demo)
     from dedupctl.senders_cmd import register as register_senders
     register_senders(sub)
+    from dedupctl.templates_cmd import register as register_templates
+    register_templates(sub)
     return parser
 
 
