@@ -54,7 +54,7 @@ def cmd_topics(cfg: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_run(cfg: Settings, args: argparse.Namespace) -> int:
-    from jobs.runner import resolve_resume, run_job
+    from jobs.runner import run_locked
 
     overrides: dict[str, object] = {}
     if args.parallelism:
@@ -62,26 +62,23 @@ def cmd_run(cfg: Settings, args: argparse.Namespace) -> int:
     if args.checkpoint_dir:
         overrides["checkpoint_dir"] = args.checkpoint_dir
     cfg = cfg.with_overrides(flink=overrides)
-    resume = resolve_resume(args.resume, cfg)
-    if args.resume and resume is None:
-        logger.info("no retained checkpoint or savepoint in %s: fresh start", cfg.flink.checkpoint_uri())
-    elif resume:
-        logger.info("resuming from %s", resume)
     logger.info(
         "running the dedup job, parallelism %d, checkpoints in %s, REST on 127.0.0.1:%d",
         cfg.flink.parallelism, cfg.flink.checkpoint_uri(), cfg.flink.rest_port,
     )
-    run_job(cfg, resume)
+    run_locked(cfg, args.resume, fresh=args.fresh)
     return 0
 
 
 def cmd_stop(cfg: Settings, args: argparse.Namespace) -> int:
+    from jobs.runner import record_savepoint
     from ops.flink_rest import RestClient
 
     rest = RestClient(args.rest or f"http://127.0.0.1:{cfg.flink.rest_port}")
     job_id = rest.job_id(args.job)
     target = str(Path(args.savepoint).resolve())
     location = rest.stop_with_savepoint(job_id, target)
+    record_savepoint(cfg, location)
     _out(location)
     return 0
 
@@ -163,7 +160,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run the job on the local mini-cluster (foreground)")
     p.add_argument("--parallelism", type=int)
     p.add_argument("--checkpoint-dir")
-    p.add_argument("--resume", metavar="latest|PATH", help="restore from a checkpoint or savepoint")
+    start = p.add_mutually_exclusive_group()
+    start.add_argument("--resume", metavar="latest|PATH",
+                       help="restore from this checkpoint or savepoint (default: latest, the newest one of the"
+                            " checkpoint directory and the savepoints `stop` recorded for it; none: empty state)")
+    start.add_argument("--fresh", action="store_true",
+                       help="start with empty state even though the checkpoint directory holds retained state")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("stop", help="stop the running job with a savepoint (REST API)")

@@ -4,13 +4,15 @@
             shard, or an InvalidRecord with the reason; event time and per-partition watermarks)
       -> carry-watermark (JVM: the last watermark, restored with the job's state)
       -> keyBy(shard)
+      -> carry-watermark-keyed (JVM: the same after the shuffle, chained to what follows, so a
+         restored job has its watermark before its first record)
       -> batch (JVM: mini-batches per shard, sent before every watermark and barrier)
       -> dedup (Python: lateness, Bloom prefilter, the window rule, RocksDB state, eviction
          timers; only the columns the decision needs go in, one verdict per request comes out)
       -> route (JVM: the records each verdict means, on their topics; invalid records as read)
       -> one exactly-once Kafka sink for every output topic
 
-batch, dedup, route and the sink run chained in one task; the schemas and the contract between
+carry-watermark-keyed, batch, dedup, route and the sink run chained in one task; the schemas and the contract between
 the JVM and Python are in schemas/ (contract.json). Run it with ``dedupctl run`` on the local
 mini-cluster, or submit this file to a cluster with
 ``flink run -py jobs/dedup_job.py -pyexec PYTHON --config FILE``.
@@ -48,6 +50,7 @@ JOB_NAME = "notify-dedup"
 #: stable operator ids: savepoints map state by these; never change them
 UID_SOURCE = "requests-source"
 UID_CARRY = "carry-watermark"
+UID_CARRY_KEYED = "carry-watermark-keyed"
 UID_BATCH = "batch-by-shard"
 UID_DEDUP = "dedup-by-key"
 UID_ROUTE = "route-outcomes"
@@ -161,9 +164,14 @@ def build_pipeline(env: StreamExecutionEnvironment, cfg: Settings) -> None:
     key_selector = jvm.org.apache.flink.streaming.api.functions.python.KeyByKeySelector
     key_type = Types.ROW([Types.INT()]).get_java_type_info()
     j_keyed = j_carried.keyBy(key_selector(), key_type)
+    # and again after the shuffle, chained to the Python operator: on restore it gets the carried
+    # watermark before any record, whichever upstream channel delivers first
+    j_keyed_carried = j_keyed.transform(
+        "carry-watermark-keyed", j_keyed.getType(), flink.WatermarkCarry()
+    ).uid(UID_CARRY_KEYED)
     # one call into Python per shard and mini-batch, never across a watermark or barrier
     d = cfg.dedup
-    j_batched = j_keyed.transform(
+    j_batched = j_keyed_carried.transform(
         "batch", flink.Boundary.batch(),
         flink.ShardBatcher(d.batch_max_requests, d.batch_max_bytes, d.batch_max_delay_ms),
     ).uid(UID_BATCH)
@@ -192,6 +200,7 @@ def build_pipeline(env: StreamExecutionEnvironment, cfg: Settings) -> None:
         .set_property("compression.type", kafka.sink_compression)
         .set_property("linger.ms", str(kafka.sink_linger_ms))
         .set_property("batch.size", "262144")
+        .set_property("max.request.size", str(kafka.sink_max_request_bytes))
     )
     for key, value in props.items():
         sink_builder.set_property(key, value)
@@ -227,6 +236,9 @@ def main(argv: list[str] | None = None) -> None:
     cfg = load_settings(args.config)
     if args.parallelism:
         cfg = cfg.with_overrides(flink={"parallelism": args.parallelism})
+    from jobs.preflight import preflight
+
+    preflight(cfg)
     env = create_environment(cfg, args.resume)
     build_pipeline(env, cfg)
     env.execute(JOB_NAME)

@@ -51,6 +51,12 @@ def message_key(dedup_key: str, channel: Channel | str, fields: Mapping[str, obj
     return str(_MESSAGE_KEY["separator"]).join(parts)
 
 
+def dedup_key_of(message_key: str) -> str:
+    """The dedup key a message key was made from (the parts after it never hold the separator)."""
+    tail = len(_MESSAGE_KEY["parts"]) - 1 - list(_MESSAGE_KEY["parts"]).index("dedup_key")
+    return message_key.rsplit(str(_MESSAGE_KEY["separator"]), tail)[0] if tail else message_key
+
+
 def shard_of(dedup_key: str, shards: int) -> int:
     """The shard of keyed state a dedup key is in (the JVM's Keys.shardOf: Java's String.hashCode,
     then a murmur3 finalizer), e.g. for ``dedupctl trace`` to say which shard holds a key."""

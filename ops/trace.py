@@ -25,7 +25,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, 
 
 from operators import codec
 from operators.contract import Topics
-from operators.dedup_key import derive_dedup_key, resolve_dedup_key
+from operators.dedup_key import dedup_key_of, derive_dedup_key, resolve_dedup_key
 from operators.errors import DedupError, InvalidRecordError
 from ops import kafka_io
 from settings import Settings
@@ -197,7 +197,7 @@ class Tracer:
         if status is None:
             return
         key = str(status.get("message_key", ""))
-        if self._ours(str(status.get("notification_id", "")), key.rsplit(":", 1)[0]):
+        if self._ours(str(status.get("notification_id", "")), dedup_key_of(key)):
             n = self.result.of(str(status["notification_id"]))
             n.statuses.append({**status, "kafka": asdict(_where(msg))})
 

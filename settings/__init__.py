@@ -61,6 +61,8 @@ class KafkaSettings:
         zstd trade the TaskManager's CPU for smaller topics
     :param sink_linger_ms: linger.ms of the job's sink: bigger producer batches, at most this
         much more latency
+    :param sink_max_request_bytes: max.request.size of the job's sink: must hold the largest
+        output record the dedup.* limits allow, and no output topic may take less (checked at start)
     """
 
     bootstrap_servers: str = "127.0.0.1:9092"
@@ -76,6 +78,7 @@ class KafkaSettings:
     local_controller_port: int = 9093
     sink_compression: str = "none"
     sink_linger_ms: int = 10
+    sink_max_request_bytes: int = 1_048_576
 
     def client_config(self) -> dict[str, str]:
         """librdkafka (confluent-kafka) settings."""

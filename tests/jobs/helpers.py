@@ -37,7 +37,7 @@ def produce(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, by
 def channel_message(req: NotificationRequest, dedup_key: str, channel: str) -> dict[str, Any]:
     """The ChannelMessage a user expects, written out field by field."""
     return {
-        "message_key": f"{dedup_key}:{channel}",
+        "message_key": f"{dedup_key}:{channel}:{req.event_time}",
         "channel": channel,
         "notification_id": req.notification_id,
         "user_id": req.user_id,

@@ -381,7 +381,7 @@ def test_expected_records_example() -> None:
     key = resolve_dedup_key(a)
     assert expected["pp"] == [
         {
-            "message_key": f"{key}:push",
+            "message_key": f"{key}:push:1000",
             "channel": "push",
             "notification_id": "a",
             "user_id": "ann",
@@ -395,7 +395,7 @@ def test_expected_records_example() -> None:
             "dedup_ttl_sec": 60,
         }
     ]
-    assert [m["message_key"] for m in expected["ep"]] == [f"{key}:email"]
+    assert [m["message_key"] for m in expected["ep"]] == [f"{key}:email:1000"]
     assert expected["p"] == expected["e"] == expected["s"] == expected["sp"] == expected["i"] == []
     assert expected["d"] == [
         {

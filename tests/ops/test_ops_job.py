@@ -233,7 +233,8 @@ def test_status_json(ops_run, capsys):
     assert s["uptime_ms"] > 0
     ops = {o["operator"]: o for o in s["operators"]}
     assert list(ops) == [
-        "Source: requests", "carry-watermark", "batch", "dedup", "route", "outputs: Writer", "outputs: Committer",
+        "Source: requests", "carry-watermark", "carry-watermark-keyed", "batch", "dedup", "route", "outputs: Writer",
+        "outputs: Committer",
     ]
     assert ops["dedup"]["watermark"] == WATERMARK
     assert ops["dedup"]["lag_event_ms"] == 60_001
@@ -293,14 +294,14 @@ def test_trace_on_the_finished_scenario(ops_run, capsys):
     assert code == 0
     assert "d-007  DUPLICATE of n-007 (occurrence 2, original event time 2026-12-01T09:00:00.700Z)" in out
     assert "n-007  ACCEPTED  (same dedup key)" in out
-    sms = rf"    sms       {re.escape(t.sms)}\[\d\]@\d+  message key [0-9a-f]{{32}}:sms  Kafka key u-7"
+    sms = rf"    sms       {re.escape(t.sms)}\[\d\]@\d+  message key [0-9a-f]{{32}}:sms:\d+  Kafka key u-7"
     assert re.search(sms, out)
 
     code, out = trace(ops_run, capsys, "--json", "n-010")
     n10 = json.loads(out)["notifications"]["n-010"]
     assert n10["verdict"] == "accepted"
     got = [(m["kafka"]["topic"], m["message_key"]) for m in n10["accepted"]]
-    assert got == [(t.sms_priority, f"{n10['dedup_key']}:sms")]
+    assert got == [(t.sms_priority, f"{n10['dedup_key']}:sms:{n10['request']['event_time']}")]
 
     code, out = trace(ops_run, capsys, "l-1")
     assert f"l-1  LATE: event time behind the watermark {fmt_time(WATERMARK)} by 5m39s" in out

@@ -43,8 +43,8 @@ def test_accepted_with_its_channel_messages_and_delivery_status():
     assert n1.dedup_key == story.KEY1
     got = [(m["channel"], m["kafka"]["topic"], m["message_key"], m["kafka"]["key"]) for m in n1.accepted]
     assert got == [
-        ("push", TOPICS.push, f"{story.KEY1}:push", "u-1"),
-        ("sms", TOPICS.sms, f"{story.KEY1}:sms", "u-1"),
+        ("push", TOPICS.push, f"{story.KEY1}:push:{story.N1.event_time}", "u-1"),
+        ("sms", TOPICS.sms, f"{story.KEY1}:sms:{story.N1.event_time}", "u-1"),
     ]
     assert n1.request_at is not None and (n1.request_at.topic, n1.request_at.offset) == (TOPICS.requests, 0)
     assert [s["status"] for s in n1.statuses] == ["queued", "sending", "sent"]
@@ -137,8 +137,8 @@ def test_trace_command_on_the_topics(kafka_bootstrap, tmp_path, capsys):
     assert cli.main(["--config", str(config), "trace", "n-2"]) == 0
     text = capsys.readouterr().out
     assert "n-2  DUPLICATE of n-1" in text
-    assert f"    push      {topics.push}[0]@0  message key {story.KEY1}:push  Kafka key u-1" in text
-    status = f"    status    {story.KEY1}:push  sent  attempt 1  provider fake  at 2026-12-01T09:00:00.900Z"
+    assert f"    push      {topics.push}[0]@0  message key {story.KEY1}:push:{story.N1.event_time}  Kafka key u-1" in text
+    status = f"    status    {story.KEY1}:push:{story.N1.event_time}  sent  attempt 1  provider fake  at 2026-12-01T09:00:00.900Z"
     assert status in text
 
     assert cli.main(["--config", str(config), "trace", "--json", "n-3"]) == 0

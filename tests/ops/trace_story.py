@@ -75,11 +75,11 @@ def records(topics: Topics, status_topic: str | None = None) -> list[Record]:
         changes = (("queued", 1, BASE + 100), ("sending", 1, BASE + 200), ("sent", 1, BASE + 900))
         for status, attempt, at in changes:
             value = {
-                "message_key": f"{KEY1}:push", "notification_id": "n-1", "channel": "push", "lane": "normal",
+                "message_key": f"{KEY1}:push:{N1.event_time}", "notification_id": "n-1", "channel": "push", "lane": "normal",
                 "status": status, "attempt": attempt, "provider": "fake" if status != "queued" else None,
                 "error": None, "retry_at": None, "at": at,
             }
-            out.append(Record(status_topic, f"{KEY1}:push".encode(), codec.encode("delivery_status", value)))
+            out.append(Record(status_topic, f"{KEY1}:push:{N1.event_time}".encode(), codec.encode("delivery_status", value)))
     return out
 
 
