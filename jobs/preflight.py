@@ -61,7 +61,7 @@ def missing_topics(admin: AdminClient, names: list[str], wait_s: float) -> list[
 
 def preflight(cfg: Settings, timeout_s: float = 15.0) -> None:
     """Every topic of the contract exists; the sizes agree (:func:`check_sizes`)."""
-    admin = AdminClient(cfg.kafka.client_config())
+    admin = AdminClient(dict[str, str | int | float | bool](cfg.kafka.client_config()))
     missing = missing_topics(admin, cfg.topics.all(), wait_s=5.0)
     if missing:
         raise ConfigError(
