@@ -20,6 +20,17 @@ from settings import Settings
 
 SettingsFactory = Callable[..., Settings]
 
+#: the two status stores: SQLite (the embedded default) and PostgreSQL (the shared one)
+STORES = ("sqlite", "postgresql")
+
+
+@pytest.fixture(params=STORES)
+def store_location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh status store location of each kind: a SQLite file, or a new PostgreSQL database."""
+    if request.param == "postgresql":
+        return str(request.getfixturevalue("postgres_dsn"))
+    return str(tmp_path / f"store-{uuid.uuid4().hex[:8]}.sqlite3")
+
 
 def fast_senders(tmp_path: Path, **overrides: object) -> dict[str, object]:
     """Test configuration: 1 s base backoff (retries at 1, 2, 4 s), 4 attempts, short timeouts."""

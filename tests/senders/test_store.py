@@ -1,9 +1,8 @@
-"""The SQLite status store and the per-record handler, without Kafka."""
+"""The status store (SQLite and a real PostgreSQL server) and the per-record handler, without Kafka."""
 
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -27,8 +26,8 @@ SENT = OutcomePlan(DeliveryStatus.SENT)
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> StatusStore:
-    return open_store(str(tmp_path / "s.sqlite3"), synchronous="NORMAL")
+def store(store_location: str) -> StatusStore:
+    return open_store(store_location, synchronous="NORMAL")
 
 
 def _claim(
@@ -101,8 +100,8 @@ def test_a_deactivated_address_is_remembered_by_hash(store: StatusStore) -> None
     assert not store.is_inactive(SMS, "+15550101")
 
 
-def test_concurrent_claims_let_exactly_one_through(tmp_path: Path) -> None:
-    path = str(tmp_path / "c.sqlite3")
+def test_concurrent_claims_let_exactly_one_through(store_location: str) -> None:
+    path = store_location
     open_store(path).close()
     results: list[ClaimAction] = []
     barrier = threading.Barrier(8)
