@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -92,6 +92,8 @@ class SenderWorker:
         self._unpause: list[TopicPartition] = []
         self._labels = {"channel": handler.channel.value, "lane": handler.lane.value}
         self._next_lag = 0.0
+        #: makes the transactional producer (a test replaces it to inject broker errors)
+        self.producer_factory: Callable[[dict[str, str]], Producer] = Producer
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -108,7 +110,7 @@ class SenderWorker:
                 "fetch.wait.max.ms": "100",
             }
         )
-        producer = Producer(
+        producer = self.producer_factory(
             {
                 **self._client_config,
                 "transactional.id": o.transactional_id,
@@ -231,15 +233,16 @@ class SenderWorker:
         now_ms = time.time() * 1000
         age = max((now_ms - ts for ts in oldest.values() if ts > 0), default=0.0)
         self.metrics.set("sender_oldest_waiting_age_seconds", age / 1000, **self._labels)
-        if positions:
-            self._commit(consumer, producer, outputs, positions)
+        if positions and self._commit(consumer, producer, outputs, positions):
+            # only now: after an abort the rows must still say "unpublished", so that the
+            # redelivered records produce these outcomes again instead of being skipped
             self.handler.store.mark_published(published)
 
     def _commit(
         self, consumer: Consumer, producer: Producer, outputs: list[Output], positions: dict[TP, int]
-    ) -> None:
+    ) -> bool:
         """Records and offsets in one transaction; on an abortable error, rewind and redo the batch
-        (the status store then says which outcomes to publish again)."""
+        (the status store then says which outcomes to publish again). True when committed."""
         try:
             producer.begin_transaction()
             for out in outputs:
@@ -252,6 +255,7 @@ class SenderWorker:
             offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
             producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
             self._commit_transaction(producer)
+            return True
         except KafkaException as exc:
             error = exc.args[0]
             if not isinstance(error, KafkaError) or error.fatal() or not error.txn_requires_abort():
@@ -262,6 +266,7 @@ class SenderWorker:
             )
             producer.abort_transaction(30)
             self._rewind(consumer)
+            return False
 
     @staticmethod
     def _commit_transaction(producer: Producer) -> None:
