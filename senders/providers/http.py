@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 
 from operators.records import Channel
 from senders.errors import ProviderPermanentError, ProviderRetryableError
@@ -44,13 +47,28 @@ def urllib_transport(request: urllib.request.Request, timeout_s: float) -> HttpR
         return HttpReply(exc.code, dict(exc.headers.items()) if exc.headers else {}, exc.read() or b"")
 
 
+def retry_after_s(value: str, now_s: float | None = None) -> float | None:
+    """A Retry-After header: seconds, or an HTTP date; anything else (inf, nan, negative,
+    words) is no hint. Bounding a long hint is the retry policy's job."""
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            return None
+        seconds = when.timestamp() - (time.time() if now_s is None else now_s)
+        return max(0.0, seconds)
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
 def _retry_after_s(headers: Mapping[str, str]) -> float | None:
     for name, value in headers.items():
         if name.lower() == "retry-after":
-            try:
-                return max(0.0, float(value))
-            except ValueError:
-                return None  # an HTTP date: the backoff decides
+            return retry_after_s(value)
     return None
 
 

@@ -13,6 +13,7 @@ from operators.records import Channel
 from senders.errors import ProviderPermanentError, ProviderRetryableError
 from senders.policy.breaker import BreakerOptions, CircuitBreaker
 from senders.policy.bucket import RateLimit, TokenBucket
+from senders.policy.retry import retry_after_ms
 from senders.policy.transitions import AttemptResult
 from senders.providers.base import Provider
 from senders.records import Delivery
@@ -110,8 +111,9 @@ class Dispatcher:
             )
             return AttemptResult(AttemptOutcome.SENT, provider=provider.name)
         except ProviderRetryableError as exc:
-            retry_after = int(exc.retry_after_s * 1000) if exc.retry_after_s is not None else None
-            return AttemptResult(AttemptOutcome.TRANSIENT, exc.reason, retry_after, provider=provider.name)
+            return AttemptResult(
+                AttemptOutcome.TRANSIENT, exc.reason, retry_after_ms(exc.retry_after_s), provider=provider.name
+            )
         except ProviderPermanentError as exc:
             return AttemptResult(
                 AttemptOutcome.PERMANENT,

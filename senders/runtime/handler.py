@@ -14,6 +14,7 @@ from typing import Any
 from operators import codec
 from operators.records import Channel
 from senders import records
+from senders.policy.delays import DelayAction, place_delayed
 from senders.policy.retry import RetryPolicy
 from senders.policy.transitions import AttemptResult, OutcomePlan, plan_outcome
 from senders.records import Delivery
@@ -114,12 +115,15 @@ class DeliveryHandler:
         offset: int,
         key: bytes | None,
         value: bytes | None,
-        delayed: bool,
+        delay_step_ms: int | None = None,
+        written_ms: int | None = None,
     ) -> Handled:
+        """One record of the channel topic, or (``delay_step_ms`` given) of its delay topic for
+        that step, written at ``written_ms`` (the record's timestamp)."""
         try:
             if value is None:
                 raise ValueError("empty record")
-            if delayed:
+            if delay_step_ms is not None:
                 d = records.from_delay_record(value, key=key, lane=self.lane)
             else:
                 d = records.from_channel_record(value, key=key, lane=self.lane, source_topic=topic)
@@ -127,7 +131,22 @@ class DeliveryHandler:
             return self._undecodable(topic, partition, offset, key, value or b"", exc)
         now = self._clock_ms()
         if d.not_before_ms > now:
+            return self._not_due(d, now, delay_step_ms, now if written_ms is None or written_ms <= 0 else written_ms)
+        return self._claim(d, now)
+
+    def _not_due(self, d: Delivery, now: int, step_ms: int | None, written_ms: int) -> Handled:
+        if step_ms is None:  # a first attempt with a due time: none are written so, but be safe
             return Handled(hold_until_ms=d.not_before_ms)
+        place = place_delayed(
+            not_before_ms=d.not_before_ms, written_ms=written_ms, step_ms=step_ms, now_ms=now, policy=self.policy
+        )
+        if place.action is DelayAction.HOLD:
+            return Handled(hold_until_ms=place.until_ms)
+        logger.info("moving %s attempt %d on to the %d ms delay topic", d.message_key, d.attempt, place.step_ms)
+        self.metrics.inc("sender_retries_moved_total", **self._labels)
+        return Handled([self._retry_record(d, d.attempt, place.not_before_ms, d.last_error, place.step_ms)])
+
+    def _claim(self, d: Delivery, now: int) -> Handled:
         decision, row = self.store.claim(
             message_key=d.message_key,
             notification_id=d.notification_id,
@@ -267,16 +286,7 @@ class DeliveryHandler:
         out = [self._status(d, status, attempt, now_ms, provider, error, retry_at_ms)]
         if status is DeliveryStatus.QUEUED and retry_at_ms is not None:
             step = self.policy.step_for(retry_at_ms - now_ms)
-            retry = records.delay_record(
-                d, attempt=attempt + 1, not_before_ms=retry_at_ms, last_error=error or ""
-            )
-            out.append(
-                Output(
-                    self.topics.delay(d.source_topic, step),
-                    d.kafka_key,
-                    codec.encode("delayed_delivery", retry),
-                )
-            )
+            out.append(self._retry_record(d, attempt + 1, retry_at_ms, error or "", step))
         if dead_letter is not None:
             called = dead_letter not in (DeadLetterReason.ADDRESS_INACTIVE, DeadLetterReason.NO_ADDRESS)
             letter = records.dead_letter_record(
@@ -293,6 +303,10 @@ class DeliveryHandler:
             )
             out.append(Output(self.topics.dlq, d.message_key.encode(), codec.encode("dead_letter", letter)))
         return out
+
+    def _retry_record(self, d: Delivery, attempt: int, not_before_ms: int, error: str, step_ms: int) -> Output:
+        retry = records.delay_record(d, attempt=attempt, not_before_ms=not_before_ms, last_error=error)
+        return Output(self.topics.delay(d.source_topic, step_ms), d.kafka_key, codec.encode("delayed_delivery", retry))
 
     def _republish(self, d: Delivery, row: StatusRow) -> list[Output]:
         return self._outcome_records(

@@ -205,7 +205,7 @@ def build_pool(
                     group_id=group_id(cfg, channel, lane),
                     transactional_id=txn_id,
                     source_topic=source,
-                    delay_topics=list(s.delay_topics(source).values()),
+                    delay_topics={name: step for step, name in s.delay_topics(source).items()},
                     batch_size=s.batch_size,
                     poll_timeout_s=s.poll_timeout_ms / 1000,
                     session_timeout_ms=s.session_timeout_ms,

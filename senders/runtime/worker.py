@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -32,7 +32,7 @@ class WorkerOptions:
     :param group_id: its consumer group (one per channel and lane)
     :param transactional_id: its producer's transactional id (unique among live workers)
     :param source_topic: the channel topic (a lane of one channel)
-    :param delay_topics: that topic's delay topics
+    :param delay_topics: that topic's delay topics: name -> delay step (ms)
     :param batch_size: records per poll, committed as one transaction
     :param poll_timeout_s: longest wait for records
     :param session_timeout_ms: consumer session timeout
@@ -43,7 +43,7 @@ class WorkerOptions:
     group_id: str
     transactional_id: str
     source_topic: str
-    delay_topics: Sequence[str]
+    delay_topics: Mapping[str, int]
     batch_size: int = 200
     poll_timeout_s: float = 0.1
     session_timeout_ms: int = 45_000
@@ -222,7 +222,8 @@ class SenderWorker:
                 offset=offset,
                 key=_bytes(msg.key()),
                 value=_bytes(msg.value()),
-                delayed=topic in self._delay,
+                delay_step_ms=self.options.delay_topics.get(topic),
+                written_ms=msg.timestamp()[1],
             )
             if handled.hold_until_ms is not None:
                 self._hold(consumer, topic, partition, offset, handled.hold_until_ms)

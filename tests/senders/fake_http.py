@@ -21,10 +21,14 @@ class Recorded:
 @dataclass
 class FakeHttpProvider:
     """``replies`` maps a recipient to (status, headers); others get 202 ``{"id": ...}``.
-    A recipient in ``stall`` is answered after ``stall_s`` (past the client's timeout)."""
+    ``script`` maps a recipient to the replies of its first, second, ... request (the last one
+    repeating). A recipient in ``stall`` is answered after ``stall_s`` (past the client's timeout).
+    ``bodies`` maps a recipient to the body of its non-2xx replies."""
 
     delay_s: float = 0.0
     replies: dict[str, tuple[int, dict[str, str]]] = field(default_factory=dict)
+    script: dict[str, list[tuple[int, dict[str, str]]]] = field(default_factory=dict)
+    bodies: dict[str, dict[str, Any]] = field(default_factory=dict)
     stall: set[str] = field(default_factory=set)
     stall_s: float = 1.0
     requests: list[Recorded] = field(default_factory=list)
@@ -35,6 +39,10 @@ class FakeHttpProvider:
     def url(self) -> str:
         assert self._server is not None
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1/send"
+
+    def to(self, recipient: str) -> list[Recorded]:
+        with self._lock:
+            return [r for r in self.requests if r.body.get("to") == recipient]
 
     def keys(self) -> list[str | None]:
         with self._lock:
@@ -56,12 +64,19 @@ class FakeHttpProvider:
                         )
                     )
                     n = len(outer.requests)
+                    to = body.get("to")
+                    nth = sum(1 for r in outer.requests if r.body.get("to") == to) - 1
                 if outer.delay_s:
                     time.sleep(outer.delay_s)
                 if body.get("to") in outer.stall:
                     time.sleep(outer.stall_s)
-                status, headers = outer.replies.get(body.get("to"), (202, {}))
-                payload = json.dumps({"id": f"msg-{n}"} if status < 300 else {"error": "no"}).encode()
+                if to in outer.script:
+                    steps = outer.script[to]
+                    status, headers = steps[min(nth, len(steps) - 1)]
+                else:
+                    status, headers = outer.replies.get(to, (202, {}))
+                error = outer.bodies.get(to, {"error": "no"})
+                payload = json.dumps({"id": f"msg-{n}"} if status < 300 else error).encode()
                 try:
                     self.send_response(status)
                     for k, v in headers.items():

@@ -171,3 +171,54 @@ def test_no_window_ever_exceeds_burst_plus_rate(gaps: list[float], rate: float, 
     for i in range(len(uses)):
         for j in range(i, len(uses)):
             assert j - i + 1 <= burst + rate * (uses[j] - uses[i]) + 1e-6
+
+
+# -- delay topics ----------------------------------------------------------------------------------
+
+DELAYS = RetryPolicy(base_ms=1000, max_attempts=4, jitter_ratio=0.1, max_backoff_ms=4000)  # steps 1, 2, 4 s
+
+
+def test_a_retry_within_its_topics_step_is_held_until_due() -> None:
+    from senders.policy.delays import DelayAction, place_delayed
+
+    d = place_delayed(not_before_ms=11_050, written_ms=10_000, step_ms=1000, now_ms=10_010, policy=DELAYS)
+    assert (d.action, d.until_ms) == (DelayAction.HOLD, 11_050)
+    d = place_delayed(not_before_ms=11_050, written_ms=10_000, step_ms=1000, now_ms=11_050, policy=DELAYS)
+    assert d.action is DelayAction.DUE
+
+
+def test_a_retry_due_past_its_topics_step_holds_only_that_long_then_moves_on() -> None:
+    from senders.policy.delays import DelayAction, place_delayed
+
+    # written to the 1 s topic but due 3.5 s later: held until 1.1 s after it was written
+    d = place_delayed(not_before_ms=13_500, written_ms=10_000, step_ms=1000, now_ms=10_010, policy=DELAYS)
+    assert (d.action, d.until_ms) == (DelayAction.HOLD, 11_100)
+    d = place_delayed(not_before_ms=13_500, written_ms=10_000, step_ms=1000, now_ms=11_100, policy=DELAYS)
+    assert (d.action, d.step_ms, d.not_before_ms) == (DelayAction.MOVE, 2000, 13_500)
+
+
+def test_a_retry_due_in_2057_is_moved_with_its_due_time_cut_to_max_backoff() -> None:
+    from senders.policy.delays import DelayAction, place_delayed
+
+    d = place_delayed(not_before_ms=10**13, written_ms=0, step_ms=4000, now_ms=5000, policy=DELAYS)
+    assert (d.action, d.step_ms, d.not_before_ms) == (DelayAction.MOVE, 4000, 9000)
+    # where it lands it is held as one of that topic's own records: it moves no further
+    again = place_delayed(not_before_ms=9000, written_ms=5000, step_ms=4000, now_ms=5001, policy=DELAYS)
+    assert (again.action, again.until_ms) == (DelayAction.HOLD, 9000)
+
+
+@given(
+    wait=st.integers(0, 10**7),
+    written=st.integers(0, 10**6),
+    lag=st.integers(0, 10**6),
+)
+def test_no_record_holds_its_partition_past_its_topics_step(wait: int, written: int, lag: int) -> None:
+    from senders.policy.delays import DelayAction, place_delayed
+
+    step = DELAYS.step_for(wait)
+    now = written + lag
+    d = place_delayed(not_before_ms=written + wait, written_ms=written, step_ms=step, now_ms=now, policy=DELAYS)
+    if d.action is DelayAction.HOLD:
+        assert d.until_ms <= written + step * 1.1 + 1
+    if d.action is DelayAction.MOVE:
+        assert now < d.not_before_ms <= now + DELAYS.max_backoff_ms

@@ -158,19 +158,19 @@ def test_a_transient_failure_becomes_a_retry_record_then_a_dead_letter(store: St
     now = [10_000]
     h = _handler(store, fake, now)
     raw = codec.encode("channel_message", channel_message(1))
-    first = h.handle(topic="sms", partition=0, offset=0, key=b"user-1", value=raw, delayed=False)
+    first = h.handle(topic="sms", partition=0, offset=0, key=b"user-1", value=raw)
     topics = [o.topic for o in first.outputs]
     assert topics == ["status", "status", "sms.retry.1s"]
     retry = codec.decode("delayed_delivery", first.outputs[2].value)
     assert (retry["attempt"], retry["not_before"], retry["payload"]) == (2, 11_000, raw)
     store.mark_published(first.published)
     early = h.handle(
-        topic="sms.retry.1s", partition=0, offset=0, key=b"user-1", value=first.outputs[2].value, delayed=True
+        topic="sms.retry.1s", partition=0, offset=0, key=b"user-1", value=first.outputs[2].value, delay_step_ms=1000
     )
     assert early.hold_until_ms == 11_000 and not early.outputs
     now[0] = 11_000
     second = h.handle(
-        topic="sms.retry.1s", partition=0, offset=0, key=b"user-1", value=first.outputs[2].value, delayed=True
+        topic="sms.retry.1s", partition=0, offset=0, key=b"user-1", value=first.outputs[2].value, delay_step_ms=1000
     )
     letter = codec.decode("dead_letter", second.outputs[-1].value)
     assert (letter["reason_kind"], letter["attempts"], letter["payload"]) == ("max_attempts", 2, raw)
@@ -181,9 +181,9 @@ def test_an_aborted_batch_is_republished_not_resent(store: StatusStore) -> None:
     fake = FakeProvider()
     h = _handler(store, fake, [10_000])
     raw = codec.encode("channel_message", channel_message(2))
-    first = h.handle(topic="sms", partition=0, offset=0, key=None, value=raw, delayed=False)
+    first = h.handle(topic="sms", partition=0, offset=0, key=None, value=raw)
     # the transaction that carried ``first.outputs`` aborted: the record comes again
-    again = h.handle(topic="sms", partition=0, offset=0, key=None, value=raw, delayed=False)
+    again = h.handle(topic="sms", partition=0, offset=0, key=None, value=raw)
     assert len(fake.received()) == 1
     sent = [codec.decode("delivery_status", o.value)["status"] for o in again.outputs]
     assert sent == ["sent"] and again.published == first.published
@@ -192,10 +192,10 @@ def test_an_aborted_batch_is_republished_not_resent(store: StatusStore) -> None:
 def test_undecodable_and_addressless_records_are_dead_lettered(store: StatusStore) -> None:
     fake = FakeProvider()
     h = _handler(store, fake, [10_000])
-    bad = h.handle(topic="sms", partition=1, offset=7, key=b"x", value=b"\x00garbage", delayed=False)
+    bad = h.handle(topic="sms", partition=1, offset=7, key=b"x", value=b"\x00garbage")
     assert codec.decode("dead_letter", bad.outputs[0].value)["reason_kind"] == "undecodable"
     nobody = codec.encode("channel_message", channel_message(3, user="user-unknown"))
-    out = h.handle(topic="sms", partition=0, offset=0, key=None, value=nobody, delayed=False)
+    out = h.handle(topic="sms", partition=0, offset=0, key=None, value=nobody)
     letter = codec.decode("dead_letter", out.outputs[-1].value)
     assert (letter["reason_kind"], letter["attempts"]) == ("no_address", 0)
     assert fake.received() == []
