@@ -12,6 +12,7 @@ from types import FrameType
 from typing import Any
 
 from operators.records import Channel
+from senders.errors import InstanceInUseError
 from senders.runtime.pool import build_pool, ensure_topics, open_status_store
 from senders.statuses import Lane
 from settings import Settings
@@ -61,7 +62,12 @@ def cmd_senders_run(cfg: Settings, args: argparse.Namespace) -> int:
     next_log = time.monotonic() + interval if interval > 0 else None
     logger.info("running %d sender workers: %s", len(pool.workers), ", ".join(w.name for w in pool.workers))
     try:
-        pool.start()
+        try:
+            pool.start()
+        except InstanceInUseError as exc:
+            logger.error("not starting: %s", exc)
+            sys.stderr.write(f"dedupctl senders run: {exc}\n")
+            return 2
         while not stop.wait(0.2):
             now = time.monotonic()
             if deadline is not None and now >= deadline:
@@ -76,7 +82,12 @@ def cmd_senders_run(cfg: Settings, args: argparse.Namespace) -> int:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     _log_metrics(pool.metrics.snapshot())
-    return 1 if pool.errors else 0
+    if pool.fatal is not None:
+        sys.stderr.write(f"dedupctl senders run: {pool.fatal}\n")
+        return 2
+    if pool.errors:
+        logger.info("%d worker failure(s) were ridden out (restarted)", len(pool.errors))
+    return 0
 
 
 def _log_metrics(snapshot: dict[str, float]) -> None:

@@ -228,7 +228,8 @@ class SendersSettings:
     :param group_prefix: consumer groups are ``<prefix>.<channel>.<lane>``
     :param instance_id: names this process's transactional producers
         (``<prefix>.<channel>.<lane>.<instance_id>.<n>``); a stable id lets a restarted process
-        fence its dead predecessor's open transaction at once; empty: a fresh random id
+        fence its dead predecessor's open transaction at once; empty: a fresh random id. Two live
+        processes never share one: the second is refused at start
     :param status_topic: every status change, keyed by message key
     :param dlq_topic: the dead-letter topic
     :param delay_topic_template: the delay topics of a channel topic, one per delay step;
@@ -242,11 +243,22 @@ class SendersSettings:
     :param lease_ms: a claim is its worker's for this long; must exceed the provider timeouts
     :param session_timeout_ms: consumer session timeout (how soon a dead worker's partitions move)
     :param transaction_timeout_ms: the broker aborts a dead worker's open transaction after this
+    :param kafka_timeout_ms: how long a worker waits on the broker (init_transactions, the topics'
+        metadata, a commit) before it gives up, backs off and reconnects
+    :param restart_backoff_ms: a failed worker (broker or store unreachable, producer fenced)
+        starts again after this; the wait doubles with each failure in a row
+    :param restart_backoff_max_ms: upper bound of that wait; a worker that ran this long without
+        failing starts again from ``restart_backoff_ms``
+    :param instance_ttl_ms: a ``senders run`` process records itself (instance id, host, pid) in
+        the status store and renews that every third of this; another process may take its
+        instance id over only once it is this old (at once when its pid is gone on this host)
     :param status_store: empty: SQLite in ``<data_dir>/senders/status.sqlite3``; a path or
         ``sqlite:///path``; or a ``postgresql://`` DSN (needs psycopg)
     :param status_store_password: password for the PostgreSQL DSN (a secret)
     :param sqlite_synchronous: SQLite ``synchronous`` pragma (FULL survives power loss, NORMAL
         survives a crash of the process)
+    :param sqlite_busy_timeout_ms: how long a SQLite transaction waits for the store's write lock
+        before the worker backs off
     :param address_book: JSON file ``{"user_id": {"sms": "+4420...", "email": "..."}}``;
         empty: the user id is the address (providers that resolve users themselves)
     :param push_primary: push provider
@@ -289,9 +301,14 @@ class SendersSettings:
     lease_ms: int = 60_000
     session_timeout_ms: int = 45_000
     transaction_timeout_ms: int = 60_000
+    kafka_timeout_ms: int = 30_000
+    restart_backoff_ms: int = 1_000
+    restart_backoff_max_ms: int = 30_000
+    instance_ttl_ms: int = 30_000
     status_store: str = ""
     status_store_password: Secret | None = None
     sqlite_synchronous: str = "FULL"
+    sqlite_busy_timeout_ms: int = 30_000
     address_book: str = ""
     push_primary: str = ""
     push_secondary: str = ""

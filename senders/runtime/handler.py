@@ -14,6 +14,7 @@ from typing import Any
 from operators import codec
 from operators.records import Channel
 from senders import records
+from senders.errors import StoreUnavailableError
 from senders.policy.delays import DelayAction, place_delayed
 from senders.policy.retry import RetryPolicy
 from senders.policy.transitions import AttemptResult, OutcomePlan, plan_outcome
@@ -193,15 +194,19 @@ class DeliveryHandler:
         if dead_letter is not None:
             plan = OutcomePlan(plan.status, dead_letter=dead_letter)
         error = result.reason or None
-        recorded = self.store.finish(
-            message_key=d.message_key,
-            attempt=d.attempt,
-            owner=self.owner,
-            plan=plan,
-            provider=result.provider,
-            error=error,
-            now_ms=now,
-            deactivate=(d.channel, address) if plan.deactivate_address and address is not None else None,
+        deactivate = (d.channel, address) if plan.deactivate_address and address is not None else None
+        recorded = self._record(
+            lambda: self.store.finish(
+                message_key=d.message_key,
+                attempt=d.attempt,
+                owner=self.owner,
+                plan=plan,
+                provider=result.provider,
+                error=error,
+                now_ms=now,
+                deactivate=deactivate,
+            ),
+            budget_s=(claimed_at + self.lease_ms - self._clock_ms()) / 1000,
         )
         if not recorded:
             # our lease ran out mid-call and another worker took the message over: it records the outcome
@@ -220,6 +225,23 @@ class DeliveryHandler:
         )
         self._count(d, plan, result)
         return Handled(outputs, [(d.message_key, d.attempt)])
+
+    @staticmethod
+    def _record(finish: Callable[[], bool], budget_s: float) -> bool:
+        """Record an outcome, retrying while the store is unavailable and the claim's lease lasts:
+        the provider has been called, and an outcome never recorded means a second send once the
+        lease runs out."""
+        deadline = time.monotonic() + budget_s
+        pause = 0.05
+        while True:
+            try:
+                return finish()
+            except StoreUnavailableError:
+                if time.monotonic() + pause >= deadline:
+                    raise
+                logger.warning("status store unavailable: retrying the outcome for %.1f s more", budget_s)
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
 
     def _count(self, d: Delivery, plan: OutcomePlan, result: AttemptResult) -> None:
         if result.provider is not None:

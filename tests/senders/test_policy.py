@@ -222,3 +222,41 @@ def test_no_record_holds_its_partition_past_its_topics_step(wait: int, written: 
         assert d.until_ms <= written + step * 1.1 + 1
     if d.action is DelayAction.MOVE:
         assert now < d.not_before_ms <= now + DELAYS.max_backoff_ms
+
+
+# -- restarts and identities -----------------------------------------------------------------------
+
+
+def test_restarts_back_off_doubling_and_a_healthy_run_resets_them() -> None:
+    from senders.policy.restarts import RestartPolicy
+
+    p = RestartPolicy(initial_ms=100, max_ms=1000)
+    assert [p.delay_ms(n) for n in (1, 2, 3, 4, 5, 60)] == [100, 200, 400, 800, 1000, 1000]
+    assert p.failures_after(4, ran_ms=50) == 5
+    assert p.failures_after(4, ran_ms=1000) == 1
+
+
+def test_three_fences_within_the_window_are_a_fencing_loop() -> None:
+    from senders.policy.restarts import FenceWatch, RestartPolicy
+
+    watch = FenceWatch(RestartPolicy(fences=3, fence_window_ms=1000))
+    assert not watch.fenced(0) and not watch.fenced(2000) and not watch.fenced(2500)  # a zombie now and then
+    assert watch.fenced(2900)  # three within a second: another live process
+
+
+def test_who_is_in_the_way_of_an_instance_id() -> None:
+    from senders.store.instances import ProcessEntry, in_the_way
+
+    other = ProcessEntry("i1", "h-other", "host-a", 42, heartbeat_ms=10_000)
+
+    def way(entries: list[ProcessEntry], *, instance_id: str = "i1", host: str = "host-a", now: int = 12_000,
+            exclusive: bool = False, alive: bool = True) -> ProcessEntry | None:
+        return in_the_way(entries, instance_id=instance_id, holder="me", host=host, now_ms=now, ttl_ms=5000,
+                          exclusive=exclusive, alive_here=lambda pid: alive)
+
+    assert way([other]) == other  # live, same id
+    assert way([other], alive=False) is None  # its pid is gone on this host
+    assert way([other], host="host-b", alive=False) == other  # another host: its heartbeat decides
+    assert way([other], now=15_001) is None  # lapsed
+    assert way([other], instance_id="i2") is None  # another id, on a shared store
+    assert way([other], instance_id="i2", exclusive=True) == other  # SQLite: one process
