@@ -240,7 +240,9 @@ class SendersSettings:
     :param jitter_ratio: up to this fraction of the wait is added at random
     :param batch_size: records a worker takes per poll (one Kafka transaction)
     :param poll_timeout_ms: how long a poll waits for records
-    :param lease_ms: a claim is its worker's for this long; must exceed the provider timeouts
+    :param lease_ms: a claim is its worker's for this long; must exceed the longest send deadline
+        (``http_timeout_ms``, ``smtp_timeout_ms`` of the providers in use) by a second, or the
+        workers refuse to start
     :param session_timeout_ms: consumer session timeout (how soon a dead worker's partitions move)
     :param transaction_timeout_ms: the broker aborts a dead worker's open transaction after this
     :param kafka_timeout_ms: how long a worker waits on the broker (init_transactions, the topics'
@@ -271,15 +273,22 @@ class SendersSettings:
     :param sms_rate_per_sec: rate limit of each SMS provider
     :param email_rate_per_sec: rate limit of each email provider
     :param rate_burst: token-bucket size of each provider
-    :param http_timeout_ms: HTTP provider request timeout (a timeout is a transient failure)
+    :param http_timeout_ms: the deadline of one HTTP send, connect to last byte (a timeout is a
+        transient failure); ``lease_ms`` must exceed it
     :param http_token: bearer token sent to HTTP providers (a secret)
+    :param http_ca_file: PEM file of the CAs that HTTPS providers' certificates are verified
+        against; empty: the system's CAs (verification is never off)
     :param smtp_host: SMTP relay host
     :param smtp_port: SMTP relay port
-    :param smtp_starttls: upgrade the SMTP connection with STARTTLS
-    :param smtp_username: SMTP login
+    :param smtp_starttls: upgrade the SMTP connection with STARTTLS (verified)
+    :param smtp_implicit_tls: speak TLS from the start (SMTPS, port 465), verified
+    :param smtp_ca_file: PEM file of the CAs the SMTP relay's certificate is verified against;
+        empty: the system's CAs
+    :param smtp_username: SMTP login; needs smtp_starttls or smtp_implicit_tls
     :param smtp_password: SMTP password (a secret)
     :param smtp_from: envelope and header sender of emails
-    :param smtp_timeout_ms: SMTP connection and command timeout
+    :param smtp_timeout_ms: the deadline of one SMTP send (connect, TLS, login, the message);
+        ``lease_ms`` must exceed it
     :param breaker_window: the primary's recent outcomes the failure rate is taken over
     :param breaker_min_calls: outcomes needed before the circuit may open
     :param breaker_failure_rate: failure fraction that opens the circuit (moves to the secondary)
@@ -322,9 +331,12 @@ class SendersSettings:
     rate_burst: int = 20
     http_timeout_ms: int = 5_000
     http_token: Secret | None = None
+    http_ca_file: str = ""
     smtp_host: str = "127.0.0.1"
     smtp_port: int = 25
     smtp_starttls: bool = False
+    smtp_implicit_tls: bool = False
+    smtp_ca_file: str = ""
     smtp_username: str | None = None
     smtp_password: Secret | None = None
     smtp_from: str = "notifications@localhost"

@@ -33,13 +33,16 @@ class RateLimiter:
         self._bucket = TokenBucket(limit, clock())
         self._lock = threading.Lock()
 
-    def acquire(self) -> float:
-        """Take a token, waiting for it if need be; returns the seconds waited."""
+    def acquire(self, max_wait_s: float = float("inf")) -> bool:
+        """Take a token, waiting for it if it comes within ``max_wait_s``; False (nothing taken)
+        when it would come later."""
         with self._lock:
-            wait = self._bucket.reserve(self._clock())
+            wait = self._bucket.reserve_within(self._clock(), max_wait_s)
+        if wait is None:
+            return False
         if wait > 0:
             time.sleep(wait)
-        return wait
+        return True
 
 
 class Dispatcher:
@@ -71,9 +74,12 @@ class Dispatcher:
     def circuit(self) -> CircuitState:
         return self._breaker.state if self._breaker is not None else CircuitState.CLOSED
 
-    def send(self, delivery: Delivery, to: str) -> AttemptResult:
-        """One attempt. A half-open probe is a real message: when the probe fails, the message
-        goes on to the secondary at once, so probing costs no message an attempt."""
+    def send(self, delivery: Delivery, to: str, budget_s: float = float("inf")) -> AttemptResult:
+        """One attempt, within ``budget_s`` (what is left of the claim's lease, less the time to
+        record the outcome): no call starts that could outlive it, the rate limit's wait included.
+        A half-open probe is a real message: when the probe fails, the message goes on to the
+        secondary at once (time permitting), so probing costs no message an attempt."""
+        deadline = time.monotonic() + budget_s
         probe = False
         use_primary = True
         if self._breaker is not None:
@@ -85,7 +91,9 @@ class Dispatcher:
             if after is not before:
                 self._publish_state(after)
         provider = self.primary if use_primary or self.secondary is None else self.secondary
-        result = self._call(provider, delivery, to)
+        result = self._call(provider, delivery, to, deadline)
+        if result.provider is None:
+            return result  # no call was made: nothing to tell the breaker
         if self._breaker is not None:
             with self._lock:
                 changed = self._breaker.record(
@@ -96,11 +104,18 @@ class Dispatcher:
             if changed is not None:
                 self._publish_state(changed)
         if probe and result.outcome is AttemptOutcome.TRANSIENT and self.secondary is not None:
-            result = self._call(self.secondary, delivery, to)
+            failover = self._call(self.secondary, delivery, to, deadline)
+            if failover.provider is not None:
+                result = failover
         return result
 
-    def _call(self, provider: Provider, delivery: Delivery, to: str) -> AttemptResult:
-        self._limiters[provider.name].acquire()
+    def _call(self, provider: Provider, delivery: Delivery, to: str, deadline: float) -> AttemptResult:
+        spare = deadline - time.monotonic() - (provider.timeout_s or 0.0)
+        if spare < 0 or not self._limiters[provider.name].acquire(spare):
+            return AttemptResult(
+                AttemptOutcome.TRANSIENT,
+                f"no time left in the claim's lease for a call to {provider.name} (rate limit)",
+            )
         try:
             provider.send(
                 to=to,

@@ -16,6 +16,7 @@ from operators.records import Channel
 from senders import records
 from senders.errors import StoreUnavailableError
 from senders.policy.delays import DelayAction, place_delayed
+from senders.policy.leases import send_budget_s
 from senders.policy.retry import RetryPolicy
 from senders.policy.transitions import AttemptResult, OutcomePlan, plan_outcome
 from senders.records import Delivery
@@ -188,7 +189,8 @@ class DeliveryHandler:
             result = AttemptResult(AttemptOutcome.PERMANENT, "address inactive after a permanent failure")
             dead_letter = DeadLetterReason.ADDRESS_INACTIVE
         else:
-            result = self.dispatcher.send(d, address)
+            budget = send_budget_s(self.lease_ms, self._clock_ms() - claimed_at)
+            result = self.dispatcher.send(d, address, budget_s=budget)
         now = self._clock_ms()
         plan = plan_outcome(result, attempt=d.attempt, policy=self.policy, now_ms=now, rand=self._rand())
         if dead_letter is not None:

@@ -16,6 +16,7 @@ from operators.errors import ConfigError
 from operators.records import Channel, Priority
 from ops import kafka_io
 from senders.errors import InstanceInUseError
+from senders.policy.leases import check_lease
 from senders.policy.restarts import FenceWatch, RestartPolicy
 from senders.providers import Provider, build_provider, provider_label
 from senders.runtime.dispatch import Dispatcher
@@ -128,6 +129,15 @@ def _is_fenced(exc: BaseException) -> bool:
 
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:300]
+
+
+def _send_deadlines(dispatchers: Iterable[Dispatcher]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for d in dispatchers:
+        for p in (d.primary, d.secondary):
+            if p is not None and p.timeout_s is not None:
+                out[p.deadline_setting] = max(out.get(p.deadline_setting, 0.0), p.timeout_s * 1000)
+    return out
 
 
 @dataclass
@@ -260,6 +270,7 @@ def build_pool(
     topics = HandlerTopics(
         status=s.status_topic, dlq=s.dlq_topic, delay=lambda topic, step: s.delay_topics(topic)[step]
     )
+    check_lease(s.lease_ms, _send_deadlines(dispatchers.values()))
     workers = []
     for channel in channels:
         for lane in lanes:

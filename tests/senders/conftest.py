@@ -44,6 +44,8 @@ def fast_senders(tmp_path: Path, **overrides: object) -> dict[str, object]:
         "batch_size": 100,
         "poll_timeout_ms": 50,
         "lease_ms": 3000,
+        "http_timeout_ms": 1500,  # a send's deadline: the lease must exceed it by a second
+        "smtp_timeout_ms": 1500,
         "session_timeout_ms": 6000,
         "transaction_timeout_ms": 10000,
         "status_store": str(tmp_path / f"status-{run}.sqlite3"),

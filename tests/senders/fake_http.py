@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ class FakeHttpProvider:
     bodies: dict[str, dict[str, Any]] = field(default_factory=dict)
     stall: set[str] = field(default_factory=set)
     stall_s: float = 1.0
+    tls: ssl.SSLContext | None = None  # serve HTTPS with this context
     requests: list[Recorded] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
@@ -38,7 +40,8 @@ class FakeHttpProvider:
     @property
     def url(self) -> str:
         assert self._server is not None
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1/send"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://127.0.0.1:{self._server.server_address[1]}/v1/send"
 
     def to(self, recipient: str) -> list[Recorded]:
         with self._lock:
@@ -93,6 +96,8 @@ class FakeHttpProvider:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
+        if self.tls is not None:
+            self._server.socket = self.tls.wrap_socket(self._server.socket, server_side=True)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 

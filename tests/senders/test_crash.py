@@ -142,7 +142,8 @@ def test_two_processes_on_one_postgresql_store_never_send_a_message_twice(
     tmp_path: Path,
     postgres_dsn: str,
 ) -> None:
-    n = 400
+    n = 600
+    http_provider.delay_s = 0.02  # ~12 s of sending: the second process joins well before the end
     cfg = senders_settings(partitions=4, email_primary=http_provider.url, batch_size=20, status_store=postgres_dsn)
     produce_messages(
         kafka_bootstrap, cfg.topics.email, [channel_message(i, channel=Channel.EMAIL) for i in range(n)]

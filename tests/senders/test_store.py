@@ -145,7 +145,7 @@ def _handler(store: StatusStore, fake: FakeProvider, now: list[int]) -> Delivery
         topics=HandlerTopics(
             status="status", dlq="dlq", delay=lambda t, step: f"{t}.retry.{format_step(step)}"
         ),
-        lease_ms=1000,
+        lease_ms=5000,
         owner="w",
         metrics=metrics,
         clock_ms=lambda: now[0],
