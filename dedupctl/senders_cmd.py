@@ -11,10 +11,12 @@ import time
 from types import FrameType
 from typing import Any
 
+from operators.errors import ConfigError
 from operators.records import Channel
 from senders.errors import InstanceInUseError
 from senders.runtime.pool import build_pool, ensure_topics, open_status_store
 from senders.statuses import Lane
+from senders.store.addresses import address_book
 from settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -120,6 +122,28 @@ def cmd_senders_status(cfg: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_senders_addresses_reactivate(cfg: Settings, args: argparse.Namespace) -> int:
+    channel = Channel(args.channel)
+    if args.user:
+        contact = address_book(cfg.senders.address_book).lookup(args.user, channel)
+        if contact is None:
+            _out(f"user {args.user} has no {channel} address in the address book")
+            return 3
+        address = contact.address
+    elif args.address:
+        address = args.address
+    else:
+        raise ConfigError("give the address, or --user USER to take it from the address book")
+    store = open_status_store(cfg)
+    try:
+        done = store.reactivate(channel, address)
+    finally:
+        store.close()
+    # never the address itself: this output may end up in a log
+    _out(f"{channel} address reactivated" if done else f"{channel} address was not inactive")
+    return 0 if done else 3
+
+
 def register(subparsers: Any) -> None:
     """Add ``senders`` to the ``dedupctl`` parser."""
     p = subparsers.add_parser("senders", help="sender workers: deliver the channel topics")
@@ -154,3 +178,13 @@ def register(subparsers: Any) -> None:
     q = sub.add_parser("status", help="a message key's row in the status store")
     q.add_argument("message_key")
     q.set_defaults(func=cmd_senders_status)
+
+    q = sub.add_parser("addresses", help="deactivated addresses")
+    addresses = q.add_subparsers(dest="addresses_command", required=True)
+    r = addresses.add_parser(
+        "reactivate", help="use an address again that an invalid-recipient answer deactivated (exit 3: it was not)"
+    )
+    r.add_argument("--channel", required=True, choices=[c.value for c in Channel])
+    r.add_argument("address", nargs="?", help="the address (phone number, email, device token)")
+    r.add_argument("--user", help="take the address from the address book instead")
+    r.set_defaults(func=cmd_senders_addresses_reactivate)

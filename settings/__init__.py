@@ -289,6 +289,14 @@ class SendersSettings:
     :param smtp_from: envelope and header sender of emails
     :param smtp_timeout_ms: the deadline of one SMTP send (connect, TLS, login, the message);
         ``lease_ms`` must exceed it
+    :param http_invalid_recipient: the HTTP answers that say the address itself is invalid, the
+        only ones that deactivate it: a status (``410``), or ``STATUS:CODE`` when the reply's
+        body must contain CODE (``400:invalid_recipient``); comma-separated
+    :param smtp_invalid_recipient: the enhanced statuses of a refused recipient that deactivate
+        it: ``5.1`` is any 5.1.x (bad mailbox, domain, syntax); comma-separated
+    :param invalid_recipient_rules: per provider, rules in place of those two:
+        ``LABEL=RULES;LABEL=RULES``, LABEL being the provider's name (a URL's host[:port], or
+        ``smtp``), e.g. ``sms-a.example=400:21211,410``
     :param breaker_window: the primary's recent outcomes the failure rate is taken over
     :param breaker_min_calls: outcomes needed before the circuit may open
     :param breaker_failure_rate: failure fraction that opens the circuit (moves to the secondary)
@@ -341,6 +349,9 @@ class SendersSettings:
     smtp_password: Secret | None = None
     smtp_from: str = "notifications@localhost"
     smtp_timeout_ms: int = 10_000
+    http_invalid_recipient: str = "400:invalid_recipient,404:invalid_recipient,410"
+    smtp_invalid_recipient: str = "5.1"
+    invalid_recipient_rules: str = ""
     breaker_window: int = 20
     breaker_min_calls: int = 5
     breaker_failure_rate: float = 0.5

@@ -5,6 +5,7 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from operators.errors import ConfigError
+from senders.policy.recipients import RecipientRules, rules_by_provider
 from senders.providers.base import Provider, Receipt
 from senders.providers.fake import Behaviour, FakeProvider, Received
 from senders.providers.http import HttpProvider
@@ -42,6 +43,7 @@ def redacted(spec: str) -> str:
 
 
 def build_provider(spec: str, *, name: str, settings: SendersSettings, metrics: Metrics) -> Provider:
+    own_rules = rules_by_provider(settings.invalid_recipient_rules).get(name)
     if spec == "fake" or spec.startswith("fake:"):
         return FakeProvider(name=name, metrics=metrics)
     if spec.startswith(("http://", "https://")):
@@ -51,6 +53,7 @@ def build_provider(spec: str, *, name: str, settings: SendersSettings, metrics: 
             timeout_s=settings.http_timeout_ms / 1000,
             token=settings.http_token,
             ca_file=settings.http_ca_file or None,
+            invalid_recipient=own_rules or RecipientRules.parse(settings.http_invalid_recipient),
             metrics=metrics,
         )
     if spec == "smtp":
@@ -65,6 +68,7 @@ def build_provider(spec: str, *, name: str, settings: SendersSettings, metrics: 
             ca_file=settings.smtp_ca_file or None,
             username=settings.smtp_username,
             password=settings.smtp_password,
+            invalid_recipient=own_rules or RecipientRules.parse(settings.smtp_invalid_recipient),
             metrics=metrics,
         )
     raise ConfigError(f"unknown provider {redacted(spec)!r}: expected an http(s):// URL, 'smtp' or 'fake'")

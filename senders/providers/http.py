@@ -21,6 +21,7 @@ from urllib.parse import unquote, urlsplit
 from operators.errors import ConfigError
 from operators.records import Channel
 from senders.errors import ProviderPermanentError, ProviderRetryableError
+from senders.policy.recipients import RecipientRules
 from senders.providers.base import Provider
 from senders.providers.deadline import deadline
 from senders.providers.tls import tls_context
@@ -34,9 +35,8 @@ MAX_BODY = 64 * 1024
 #: 4xx replies that are retried (the contract: 2xx sent, 408/425/429/5xx/timeout transient,
 #: other 4xx permanent)
 RETRYABLE_4XX = frozenset({408, 425, 429})
-#: permanent 4xx replies that are not about the address (our credentials, the request, the
-#: message): dead-lettered, but the address stays active, so a bad API key cannot silence users
-MESSAGE_4XX = frozenset({401, 403, 407, 413, 415})
+#: the answers of this project's HTTP contract that say the address itself is invalid
+DEFAULT_INVALID_RECIPIENT = "400:invalid_recipient,404:invalid_recipient,410"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,10 +83,11 @@ class HttpProvider(Provider):
 
     2xx: sent (``id`` of a JSON reply is the reference). 408, 425, 429, 5xx, a timeout or a
     connection error: transient (Retry-After honoured). 3xx: permanent (the URL is wrong: not
-    followed). Any other 4xx: permanent. 401/403/407/413/415 do not blame the address (a rejected
-    credential must not deactivate every address it meets): dead-lettered with the address kept
-    active; the rest deactivate the address. ``user:password@`` in the URL is sent as Basic
-    authentication (unless a bearer ``token`` is set) and shown nowhere.
+    followed). Any other 4xx: permanent. Only an answer of ``invalid_recipient`` (by default
+    ``410``, or 400/404 whose body says ``invalid_recipient``) deactivates the address: a wrong
+    URL's 404 or a rejected credential must not silence every address it meets.
+    ``user:password@`` in the URL is sent as Basic authentication (unless a bearer ``token`` is
+    set) and shown nowhere.
     """
 
     deadline_setting = "http_timeout_ms"
@@ -99,9 +100,11 @@ class HttpProvider(Provider):
         timeout_s: float,
         token: Secret | None = None,
         ca_file: str | None = None,
+        invalid_recipient: RecipientRules | None = None,
         metrics: Metrics | None = None,
     ) -> None:
         super().__init__(name=name, metrics=metrics)
+        self.invalid_recipient = invalid_recipient or RecipientRules.parse(DEFAULT_INVALID_RECIPIENT)
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError(f"provider {name}: not an http(s) URL")
@@ -177,7 +180,10 @@ class HttpProvider(Provider):
                 self.name, reason, status_code=status, retry_after_s=_retry_after_s(reply.headers)
             )
         raise ProviderPermanentError(
-            self.name, reason, status_code=status, deactivate_address=status not in MESSAGE_4XX
+            self.name,
+            reason,
+            status_code=status,
+            deactivate_address=self.invalid_recipient.matches_http(status, reply.body),
         )
 
     @staticmethod

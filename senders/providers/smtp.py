@@ -12,6 +12,7 @@ from email.message import EmailMessage
 from operators.errors import ConfigError
 from operators.records import Channel
 from senders.errors import ProviderPermanentError, ProviderRetryableError
+from senders.policy.recipients import RecipientRules
 from senders.providers.base import Provider
 from senders.providers.deadline import deadline
 from senders.providers.tls import tls_context
@@ -20,6 +21,8 @@ from settings import Secret
 
 #: server replies that mean our login is wrong: retried (it is ours to fix), address kept
 AUTH_CODES = frozenset({530, 534, 535, 538})
+#: a refused recipient with one of these enhanced statuses is an invalid address (5.1.x)
+DEFAULT_INVALID_RECIPIENT = "5.1"
 
 Renderer = Callable[[str, Mapping[str, str]], tuple[str, str]]
 
@@ -30,12 +33,16 @@ def render_plain(template_id: str, params: Mapping[str, str]) -> tuple[str, str]
     return template_id, body + "\n"
 
 
-def _reason(code: int, message: bytes | str) -> str:
-    """The reply code and its enhanced status code (5.1.1), never the text: it may hold the address."""
+def _enhanced(message: bytes | str) -> str:
+    """The enhanced status code (5.1.1) a reply's text starts with, or ""."""
     text = message.decode("utf-8", "replace") if isinstance(message, bytes) else str(message)
     first = text.split(" ", 1)[0]
-    enhanced = first if first.count(".") == 2 and first.replace(".", "").isdigit() else ""
-    return f"SMTP {code} {enhanced}".strip()
+    return first if first.count(".") == 2 and first.replace(".", "").isdigit() else ""
+
+
+def _reason(code: int, message: bytes | str) -> str:
+    """The reply code and its enhanced status code (5.1.1), never the text: it may hold the address."""
+    return f"SMTP {code} {_enhanced(message)}".strip()
 
 
 def message_id(message_key: str) -> str:
@@ -64,9 +71,11 @@ class _SmtpTls(smtplib.SMTP_SSL, _Smtp):
 
 
 class SmtpProvider(Provider):
-    """4xx replies, timeouts and connection errors: transient. 5xx for the recipient: permanent,
-    the address deactivated. Other 5xx (sender refused, content rejected): permanent, address kept.
-    Authentication failures: transient.
+    """4xx replies, timeouts and connection errors: transient. 5xx: permanent; the address is
+    deactivated only when the recipient was refused with an enhanced status of
+    ``invalid_recipient`` (by default 5.1.x: bad mailbox, domain or syntax), never for a relay's
+    policy (5.7.x), a full mailbox or a reply without an enhanced status. Authentication failures:
+    transient.
 
     TLS: ``starttls`` upgrades the connection, ``implicit_tls`` speaks TLS from the start (port
     465); either verifies the server against the system's CAs or ``ca_file``. With a
@@ -88,10 +97,12 @@ class SmtpProvider(Provider):
         ca_file: str | None = None,
         username: str | None = None,
         password: Secret | None = None,
+        invalid_recipient: RecipientRules | None = None,
         renderer: Renderer = render_plain,
         metrics: Metrics | None = None,
     ) -> None:
         super().__init__(name=name, metrics=metrics)
+        self.invalid_recipient = invalid_recipient or RecipientRules.parse(DEFAULT_INVALID_RECIPIENT)
         if starttls and implicit_tls:
             raise ConfigError(f"provider {name}: smtp_starttls and smtp_implicit_tls exclude each other")
         if username and not (starttls or implicit_tls):
@@ -179,4 +190,5 @@ class SmtpProvider(Provider):
         reason = _reason(code, text)
         if code in AUTH_CODES or not 500 <= code < 600:
             raise ProviderRetryableError(self.name, reason, status_code=code)
-        raise ProviderPermanentError(self.name, reason, status_code=code, deactivate_address=address_at_fault)
+        invalid = address_at_fault and self.invalid_recipient.matches_smtp(_enhanced(text))
+        raise ProviderPermanentError(self.name, reason, status_code=code, deactivate_address=invalid)

@@ -3,6 +3,7 @@ bucket paces the call. Shared by every worker (both lanes, retries included) of 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -23,6 +24,19 @@ from senders.statuses import AttemptOutcome, CircuitState
 logger = logging.getLogger(__name__)
 
 _CIRCUIT_GAUGE = {CircuitState.CLOSED: 0.0, CircuitState.HALF_OPEN: 1.0, CircuitState.OPEN: 2.0}
+
+
+def _provider_failed(result: AttemptResult) -> bool:
+    """A failure of the provider, not of the address: transient, or permanent but not an
+    explicit "invalid recipient"."""
+    if result.outcome is AttemptOutcome.TRANSIENT:
+        return True
+    return result.outcome is AttemptOutcome.PERMANENT and not result.deactivate_address
+
+
+def _address_key(address: str) -> str:
+    """Tells addresses apart in the breaker's window without keeping them."""
+    return hashlib.sha256(address.encode()).hexdigest()[:16]
 
 
 class RateLimiter:
@@ -63,16 +77,16 @@ class Dispatcher:
         self.primary = primary
         self.secondary = secondary
         self._limiters = {p.name: RateLimiter(limit) for p in (primary, secondary) if p is not None}
-        self._breaker = CircuitBreaker(breaker) if secondary is not None else None
+        # without a secondary the breaker moves no traffic, but still tells (the alert metric)
+        self._breaker = CircuitBreaker(breaker)
         self._lock = threading.Lock()
         self._metrics = metrics
         self._clock_ms = clock_ms
-        if self._breaker is not None:
-            self._publish_state(CircuitState.CLOSED, initial=True)
+        self._publish_state(CircuitState.CLOSED, initial=True)
 
     @property
     def circuit(self) -> CircuitState:
-        return self._breaker.state if self._breaker is not None else CircuitState.CLOSED
+        return self._breaker.state
 
     def send(self, delivery: Delivery, to: str, budget_s: float = float("inf")) -> AttemptResult:
         """One attempt, within ``budget_s`` (what is left of the claim's lease, less the time to
@@ -80,30 +94,28 @@ class Dispatcher:
         A half-open probe is a real message: when the probe fails, the message goes on to the
         secondary at once (time permitting), so probing costs no message an attempt."""
         deadline = time.monotonic() + budget_s
-        probe = False
-        use_primary = True
-        if self._breaker is not None:
-            with self._lock:
-                before = self._breaker.state
-                use_primary = self._breaker.use_primary(self._clock_ms())
-                after = self._breaker.state
-            probe = use_primary and after is CircuitState.HALF_OPEN
-            if after is not before:
-                self._publish_state(after)
+        with self._lock:
+            before = self._breaker.state
+            use_primary = self._breaker.use_primary(self._clock_ms())
+            after = self._breaker.state
+        probe = use_primary and after is CircuitState.HALF_OPEN
+        if after is not before:
+            self._publish_state(after)
         provider = self.primary if use_primary or self.secondary is None else self.secondary
         result = self._call(provider, delivery, to, deadline)
         if result.provider is None:
             return result  # no call was made: nothing to tell the breaker
-        if self._breaker is not None:
-            with self._lock:
-                changed = self._breaker.record(
-                    success=result.outcome is not AttemptOutcome.TRANSIENT,
-                    now_ms=self._clock_ms(),
-                    primary=provider is self.primary,
-                )
-            if changed is not None:
-                self._publish_state(changed)
-        if probe and result.outcome is AttemptOutcome.TRANSIENT and self.secondary is not None:
+        failed = _provider_failed(result)
+        with self._lock:
+            changed = self._breaker.record(
+                success=not failed,
+                now_ms=self._clock_ms(),
+                primary=provider is self.primary,
+                rejected=_address_key(to) if failed and result.outcome is AttemptOutcome.PERMANENT else None,
+            )
+        if changed is not None:
+            self._publish_state(changed)
+        if probe and failed and self.secondary is not None:
             failover = self._call(self.secondary, delivery, to, deadline)
             if failover.provider is not None:
                 result = failover
@@ -140,15 +152,20 @@ class Dispatcher:
     def _publish_state(self, state: CircuitState, *, initial: bool = False) -> None:
         labels: dict[str, Any] = {"channel": self.channel.value, "provider": self.primary.name}
         self._metrics.set("sender_circuit_state", _CIRCUIT_GAUGE[state], **labels)
+        self._metrics.set("sender_provider_rejecting", 1.0 if self._breaker.rejecting else 0.0, **labels)
         if initial:
             return
-        assert self.secondary is not None
-        target = self.secondary.name if state is CircuitState.OPEN else self.primary.name
+        if self.secondary is None:
+            target = f"{self.primary.name} (no secondary)"
+        else:
+            target = self.secondary.name if state is CircuitState.OPEN else self.primary.name
+        why = " (it rejects messages to many addresses: check its URL and credentials)"
         logger.warning(
-            "%s circuit of %s is %s: traffic goes to %s",
+            "%s circuit of %s is %s%s: traffic goes to %s",
             self.channel,
             self.primary.name,
             state,
+            why if self._breaker.rejecting else "",
             target,
             extra={"provider": self.primary.name},
         )

@@ -29,7 +29,7 @@ from senders.statuses import (
     DeliveryStatus,
     Lane,
 )
-from senders.store.addresses import AddressBook
+from senders.store.addresses import AddressBook, Contact
 from senders.store.status import StatusRow, StatusStore
 
 logger = logging.getLogger(__name__)
@@ -180,17 +180,18 @@ class DeliveryHandler:
 
     def _attempt(self, d: Delivery, claimed_at: int) -> Handled:
         outputs = [self._status(d, DeliveryStatus.SENDING, d.attempt, claimed_at)]
-        address = self.addresses.lookup(d.user_id, d.channel)
+        contact = self.addresses.lookup(d.user_id, d.channel)
+        address = contact.address if contact is not None else None
         dead_letter: DeadLetterReason | None = None
-        if address is None:
+        if contact is None:
             result = AttemptResult(AttemptOutcome.PERMANENT, "no address for the user on this channel")
             dead_letter = DeadLetterReason.NO_ADDRESS
-        elif self.store.is_inactive(d.channel, address):
-            result = AttemptResult(AttemptOutcome.PERMANENT, "address inactive after a permanent failure")
+        elif not self._active(d.channel, contact):
+            result = AttemptResult(AttemptOutcome.PERMANENT, "address inactive after an invalid-recipient answer")
             dead_letter = DeadLetterReason.ADDRESS_INACTIVE
         else:
             budget = send_budget_s(self.lease_ms, self._clock_ms() - claimed_at)
-            result = self.dispatcher.send(d, address, budget_s=budget)
+            result = self.dispatcher.send(d, contact.address, budget_s=budget)
         now = self._clock_ms()
         plan = plan_outcome(result, attempt=d.attempt, policy=self.policy, now_ms=now, rand=self._rand())
         if dead_letter is not None:
@@ -227,6 +228,18 @@ class DeliveryHandler:
         )
         self._count(d, plan, result)
         return Handled(outputs, [(d.message_key, d.attempt)])
+
+    def _active(self, channel: Channel, contact: Contact) -> bool:
+        """Whether the address may be used; one deactivated before the user registered it again
+        is reactivated."""
+        since = self.store.inactive_since(channel, contact.address)
+        if since is None:
+            return True
+        if contact.registered_ms > since and self.store.reactivate(channel, contact.address):
+            logger.info("%s address registered again after its deactivation: reactivated", channel)
+            self.metrics.inc("sender_addresses_reactivated_total", **self._labels)
+            return True
+        return False
 
     @staticmethod
     def _record(finish: Callable[[], bool], budget_s: float) -> bool:

@@ -3,6 +3,8 @@ messages to produce, and readers of what the workers wrote (read_committed, deco
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -87,6 +89,27 @@ def senders_settings(
         return cfg
 
     return make
+
+
+def write_config(cfg: Settings, path: Path) -> Path:
+    """The test's settings as a TOML file, for ``dedupctl --config``."""
+    lines: list[str] = []
+    for section in ("kafka", "topics", "senders"):
+        lines.append(f"[{section}]")
+        part = getattr(cfg, section)
+        for name in (f.name for f in dataclasses.fields(part)):
+            value = getattr(part, name)
+            if value is None:
+                continue
+            if isinstance(value, bool):
+                lines.append(f"{name} = {str(value).lower()}")
+            elif isinstance(value, int | float):
+                lines.append(f"{name} = {value!r}")
+            else:
+                text = value.reveal() if hasattr(value, "reveal") else str(value)
+                lines.append(f"{name} = {json.dumps(text)}")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
 
 
 def channel_message(

@@ -33,6 +33,7 @@ class FakeHttpProvider:
     stall: set[str] = field(default_factory=set)
     stall_s: float = 1.0
     tls: ssl.SSLContext | None = None  # serve HTTPS with this context
+    default: tuple[int, dict[str, str]] = (202, {})  # the reply to a recipient in neither map
     requests: list[Recorded] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
@@ -77,7 +78,7 @@ class FakeHttpProvider:
                     steps = outer.script[to]
                     status, headers = steps[min(nth, len(steps) - 1)]
                 else:
-                    status, headers = outer.replies.get(to, (202, {}))
+                    status, headers = outer.replies.get(to, outer.default)
                 error = outer.bodies.get(to, {"error": "no"})
                 payload = json.dumps({"id": f"msg-{n}"} if status < 300 else error).encode()
                 try:

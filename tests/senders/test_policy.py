@@ -260,3 +260,28 @@ def test_who_is_in_the_way_of_an_instance_id() -> None:
     assert way([other], now=15_001) is None  # lapsed
     assert way([other], instance_id="i2") is None  # another id, on a shared store
     assert way([other], instance_id="i2", exclusive=True) == other  # SQLite: one process
+
+
+def test_permanent_rejections_across_addresses_open_the_circuit_and_say_so() -> None:
+    b = CircuitBreaker(OPTS)
+    for n in range(3):
+        assert b.record(success=False, now_ms=0, rejected=f"a{n}") is None
+    assert b.record(success=False, now_ms=0, rejected="a3") is CircuitState.OPEN
+    assert b.rejecting  # the alert: messages to four addresses were rejected, not retried
+    assert b.use_primary(1000) and b.record(success=True, now_ms=1000) is CircuitState.CLOSED
+    assert not b.rejecting
+
+
+def test_one_address_rejected_again_and_again_says_nothing_of_the_provider() -> None:
+    b = CircuitBreaker(OPTS)
+    for _ in range(20):
+        b.record(success=False, now_ms=0, rejected="the-same-address")
+        b.record(success=True, now_ms=0)
+    assert b.state is CircuitState.CLOSED and not b.rejecting
+
+
+def test_transient_failures_open_the_circuit_without_the_rejection_alert() -> None:
+    b = CircuitBreaker(OPTS)
+    for _ in range(4):
+        b.record(success=False, now_ms=0)
+    assert b.state is CircuitState.OPEN and not b.rejecting
