@@ -15,7 +15,7 @@ from operators.errors import ConfigError
 from operators.records import Channel
 from senders.errors import InstanceInUseError
 from senders.runtime.pool import build_pool, ensure_topics, open_status_store
-from senders.statuses import Lane
+from senders.statuses import DeadLetterReason, Lane
 from senders.store.addresses import address_book
 from settings import Settings
 
@@ -144,6 +144,25 @@ def cmd_senders_addresses_reactivate(cfg: Settings, args: argparse.Namespace) ->
     return 0 if done else 3
 
 
+def cmd_senders_redrive(cfg: Settings, args: argparse.Namespace) -> int:
+    from senders.runtime.redrive import RedriveFilter, redrive
+
+    which = RedriveFilter(
+        channels=set(args.channel or ()), reasons=set(args.reason or ()), message_keys=set(args.message_key or ())
+    )
+    store = open_status_store(cfg)
+    try:
+        report = redrive(cfg, store, which, dry_run=args.dry_run)
+    finally:
+        store.close()
+    _out(f"{'would redrive' if args.dry_run else 'redriven'}: {report.redriven}")
+    _out(f"already redriven: {report.already}")
+    _out(f"no longer failed (sent, or redriven through another dead letter): {report.not_failed}")
+    _out(f"undecodable (never redriven): {report.undecodable}")
+    _out(f"left out by the filters: {report.left_out}")
+    return 0
+
+
 def register(subparsers: Any) -> None:
     """Add ``senders`` to the ``dedupctl`` parser."""
     p = subparsers.add_parser("senders", help="sender workers: deliver the channel topics")
@@ -178,6 +197,17 @@ def register(subparsers: Any) -> None:
     q = sub.add_parser("status", help="a message key's row in the status store")
     q.add_argument("message_key")
     q.set_defaults(func=cmd_senders_status)
+
+    q = sub.add_parser(
+        "redrive",
+        help="send the messages of the dead-letter topic again, each dead letter once (reactivate"
+        " an address first if its letters say address_inactive)",
+    )
+    q.add_argument("--channel", action="append", choices=[c.value for c in Channel], help="repeatable")
+    q.add_argument("--reason", action="append", choices=[r.value for r in DeadLetterReason], help="repeatable")
+    q.add_argument("--message-key", action="append", help="repeatable")
+    q.add_argument("--dry-run", action="store_true", help="count, change nothing")
+    q.set_defaults(func=cmd_senders_redrive)
 
     q = sub.add_parser("addresses", help="deactivated addresses")
     addresses = q.add_subparsers(dest="addresses_command", required=True)

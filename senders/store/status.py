@@ -266,14 +266,16 @@ class StatusStore:
 
     # -- redrive ----------------------------------------------------------------------------------
 
-    def begin_redrive(self, letter: LetterPosition, message_key: str, now_ms: int) -> RedriveStep:
+    def begin_redrive(
+        self, letter: LetterPosition, message_key: str, now_ms: int, *, apply: bool = True
+    ) -> RedriveStep:
         """Whether this dead letter is to be produced back to its channel topic now.
 
         The first time, a ``failed`` row goes back to ``queued`` with no attempt made, so that the
         record produced next is claimed as a first attempt; the letter is remembered, so a second
         redrive of it does nothing. A letter remembered but not yet produced (the redrive stopped
-        in between) is produced again."""
-        with self._db.tx() as cur:
+        in between) is produced again. ``apply=False`` only tells (a dry run)."""
+        with self._db.tx(write=apply) as cur:
             done = self._db.exec(
                 cur,
                 "SELECT produced FROM redriven_letter WHERE dlq_topic = ? AND dlq_partition = ?"
@@ -289,6 +291,8 @@ class StatusStore:
             ).fetchone()
             if found is None or StatusRow.from_db(found).status is not DeliveryStatus.FAILED:
                 return RedriveStep.NOT_FAILED
+            if not apply:
+                return RedriveStep.PRODUCE
             check_transition(DeliveryStatus.FAILED, DeliveryStatus.QUEUED)
             self._db.exec(
                 cur,
