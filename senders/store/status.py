@@ -108,15 +108,18 @@ class StatusStore:
     """One connection; a worker opens its own. Every method is one database transaction."""
 
     def __init__(self, db: Database) -> None:
-        self.db = db
         self._db = db
 
     @property
+    def db(self) -> Database:
+        return self._db
+
+    @property
     def dialect(self) -> str:
-        return self.db.dialect
+        return self._db.dialect
 
     def close(self) -> None:
-        self.db.close()
+        self._db.close()
 
     # -- transitions ------------------------------------------------------------------------------
 
