@@ -179,17 +179,15 @@ class DeliveryHandler:
     # -- one attempt ------------------------------------------------------------------------------
 
     def _attempt(self, d: Delivery, claimed_at: int) -> Handled:
+        """Claimed: check, send, record the outcome, build its records."""
         outputs = [self._status(d, DeliveryStatus.SENDING, d.attempt, claimed_at)]
-        contact = self.addresses.lookup(d.user_id, d.channel)
+        contact, refusal = self._checks(d)
         address = contact.address if contact is not None else None
         dead_letter: DeadLetterReason | None = None
-        if contact is None:
-            result = AttemptResult(AttemptOutcome.PERMANENT, "no address for the user on this channel")
-            dead_letter = DeadLetterReason.NO_ADDRESS
-        elif not self._active(d.channel, contact):
-            result = AttemptResult(AttemptOutcome.PERMANENT, "address inactive after an invalid-recipient answer")
-            dead_letter = DeadLetterReason.ADDRESS_INACTIVE
+        if refusal is not None:
+            result, dead_letter = refusal
         else:
+            assert contact is not None
             budget = send_budget_s(self.lease_ms, self._clock_ms() - claimed_at)
             result = self.dispatcher.send(d, contact.address, budget_s=budget)
         now = self._clock_ms()
@@ -228,6 +226,18 @@ class DeliveryHandler:
         )
         self._count(d, plan, result)
         return Handled(outputs, [(d.message_key, d.attempt)])
+
+    def _checks(self, d: Delivery) -> tuple[Contact | None, tuple[AttemptResult, DeadLetterReason] | None]:
+        """Whom to send to, or why the message is dead-lettered without a call. Every rule that
+        may stop an attempt before the provider is called belongs here."""
+        contact = self.addresses.lookup(d.user_id, d.channel)
+        if contact is None:
+            result = AttemptResult(AttemptOutcome.PERMANENT, "no address for the user on this channel")
+            return None, (result, DeadLetterReason.NO_ADDRESS)
+        if not self._active(d.channel, contact):
+            result = AttemptResult(AttemptOutcome.PERMANENT, "address inactive after an invalid-recipient answer")
+            return contact, (result, DeadLetterReason.ADDRESS_INACTIVE)
+        return contact, None
 
     def _active(self, channel: Channel, contact: Contact) -> bool:
         """Whether the address may be used; one deactivated before the user registered it again
