@@ -9,11 +9,30 @@ JAVA_SOURCES := $(shell find connector/src/main -name '*.java' 2>/dev/null)
 # the contract is packaged into the connector jar
 CONTRACT := $(wildcard schemas/*)
 
-.PHONY: all setup venv jars demo test test-fast test-java lint typecheck chaos clean kafka-start kafka-stop bench bench-full
+.PHONY: all setup system-packages venv jars demo test test-fast test-java lint typecheck chaos clean kafka-start kafka-stop bench bench-full
 
 all: test
 
-setup: venv jars
+setup: system-packages venv jars
+
+# Servers and tools the tests run, from Debian's packages, installed only where missing:
+# PostgreSQL (initdb/pg_ctl start a throwaway cluster for the shared status store's tests),
+# promtool (package prometheus: alert rules) and docker-compose (validates docker-compose.yml
+# without an engine). Installing needs root (or password-less sudo).
+PG_BINARIES := $(wildcard /usr/lib/postgresql/*/bin/initdb)
+system-packages:
+	@missing=""; \
+	command -v initdb >/dev/null 2>&1 || [ -n "$(PG_BINARIES)" ] || missing="$$missing postgresql"; \
+	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	command -v docker-compose >/dev/null 2>&1 || missing="$$missing docker-compose"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then sudo=""; \
+	  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo="sudo"; \
+	  else echo "missing Debian packages:$$missing (install them as root: apt-get install$$missing)" >&2; exit 1; fi; \
+	  echo "installing Debian packages:$$missing"; \
+	  $$sudo apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
 
 venv: $(VENV_STAMP)
 $(VENV_STAMP): pyproject.toml

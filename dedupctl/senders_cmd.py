@@ -11,9 +11,12 @@ import time
 from types import FrameType
 from typing import Any
 
+from operators.errors import ConfigError
 from operators.records import Channel
+from senders.errors import InstanceInUseError
 from senders.runtime.pool import build_pool, ensure_topics, open_status_store
-from senders.statuses import Lane
+from senders.statuses import DeadLetterReason, Lane
+from senders.store.addresses import address_book
 from settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -61,7 +64,12 @@ def cmd_senders_run(cfg: Settings, args: argparse.Namespace) -> int:
     next_log = time.monotonic() + interval if interval > 0 else None
     logger.info("running %d sender workers: %s", len(pool.workers), ", ".join(w.name for w in pool.workers))
     try:
-        pool.start()
+        try:
+            pool.start()
+        except InstanceInUseError as exc:
+            logger.error("not starting: %s", exc)
+            sys.stderr.write(f"dedupctl senders run: {exc}\n")
+            return 2
         while not stop.wait(0.2):
             now = time.monotonic()
             if deadline is not None and now >= deadline:
@@ -76,7 +84,12 @@ def cmd_senders_run(cfg: Settings, args: argparse.Namespace) -> int:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     _log_metrics(pool.metrics.snapshot())
-    return 1 if pool.errors else 0
+    if pool.fatal is not None:
+        sys.stderr.write(f"dedupctl senders run: {pool.fatal}\n")
+        return 2
+    if pool.errors:
+        logger.info("%d worker failure(s) were ridden out (restarted)", len(pool.errors))
+    return 0
 
 
 def _log_metrics(snapshot: dict[str, float]) -> None:
@@ -106,6 +119,47 @@ def cmd_senders_status(cfg: Settings, args: argparse.Namespace) -> int:
         f"{row.message_key}: {row.status} after {row.attempts} attempt(s) via {row.provider or '-'}"
         f" ({row.channel}/{row.lane}){retry}{error}"
     )
+    return 0
+
+
+def cmd_senders_addresses_reactivate(cfg: Settings, args: argparse.Namespace) -> int:
+    channel = Channel(args.channel)
+    if args.user:
+        contact = address_book(cfg.senders.address_book).lookup(args.user, channel)
+        if contact is None:
+            _out(f"user {args.user} has no {channel} address in the address book")
+            return 3
+        address = contact.address
+    elif args.address:
+        address = args.address
+    else:
+        raise ConfigError("give the address, or --user USER to take it from the address book")
+    store = open_status_store(cfg)
+    try:
+        done = store.reactivate(channel, address)
+    finally:
+        store.close()
+    # never the address itself: this output may end up in a log
+    _out(f"{channel} address reactivated" if done else f"{channel} address was not inactive")
+    return 0 if done else 3
+
+
+def cmd_senders_redrive(cfg: Settings, args: argparse.Namespace) -> int:
+    from senders.runtime.redrive import RedriveFilter, redrive
+
+    which = RedriveFilter(
+        channels=set(args.channel or ()), reasons=set(args.reason or ()), message_keys=set(args.message_key or ())
+    )
+    store = open_status_store(cfg)
+    try:
+        report = redrive(cfg, store, which, dry_run=args.dry_run)
+    finally:
+        store.close()
+    _out(f"{'would redrive' if args.dry_run else 'redriven'}: {report.redriven}")
+    _out(f"already redriven: {report.already}")
+    _out(f"no longer failed (sent, or redriven through another dead letter): {report.not_failed}")
+    _out(f"undecodable (never redriven): {report.undecodable}")
+    _out(f"left out by the filters: {report.left_out}")
     return 0
 
 
@@ -143,3 +197,24 @@ def register(subparsers: Any) -> None:
     q = sub.add_parser("status", help="a message key's row in the status store")
     q.add_argument("message_key")
     q.set_defaults(func=cmd_senders_status)
+
+    q = sub.add_parser(
+        "redrive",
+        help="send the messages of the dead-letter topic again, each dead letter once (reactivate"
+        " an address first if its letters say address_inactive)",
+    )
+    q.add_argument("--channel", action="append", choices=[c.value for c in Channel], help="repeatable")
+    q.add_argument("--reason", action="append", choices=[r.value for r in DeadLetterReason], help="repeatable")
+    q.add_argument("--message-key", action="append", help="repeatable")
+    q.add_argument("--dry-run", action="store_true", help="count, change nothing")
+    q.set_defaults(func=cmd_senders_redrive)
+
+    q = sub.add_parser("addresses", help="deactivated addresses")
+    addresses = q.add_subparsers(dest="addresses_command", required=True)
+    r = addresses.add_parser(
+        "reactivate", help="use an address again that an invalid-recipient answer deactivated (exit 3: it was not)"
+    )
+    r.add_argument("--channel", required=True, choices=[c.value for c in Channel])
+    r.add_argument("address", nargs="?", help="the address (phone number, email, device token)")
+    r.add_argument("--user", help="take the address from the address book instead")
+    r.set_defaults(func=cmd_senders_addresses_reactivate)

@@ -22,6 +22,15 @@ class StatusStoreError(SenderError):
     """The status store is unreachable or not what this code expects."""
 
 
+class StoreUnavailableError(StatusStoreError):
+    """The status store did not answer, or stayed locked: worth trying again after a pause."""
+
+
+class InstanceInUseError(SenderError):
+    """Another live ``senders run`` process holds this process's identity (its instance id, or a
+    SQLite store, which serves one process). Starting anyway would fence each other's producers."""
+
+
 class ProviderError(SenderError):
     """A provider did not accept a message; ``reason`` is fit for logs (no address, no params)."""
 

@@ -1,8 +1,11 @@
-"""Shared fixtures: a real Kafka broker for the session, and factories for topics and jobs.
+"""Shared fixtures: a real Kafka broker and a real PostgreSQL server for the session, and
+factories for topics and jobs.
 
 The broker is a testcontainers Kafka where a Docker engine answers; otherwise (as on these
 machines) the local KRaft broker run from the Maven jars. ``DEDUP_TEST_BOOTSTRAP`` points the
-suite at a broker that is already running instead.
+suite at a broker that is already running instead. PostgreSQL is a throwaway cluster started
+from the Debian package's binaries (``make setup`` installs them); ``DEDUP_TEST_POSTGRES`` points
+the suite at a running server instead (a DSN of a role that may create databases).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from harness.local_kafka import LocalBroker
+from harness.local_postgres import LocalPostgres
 from harness.ports import free_port
 from operators.contract import Topics
 from ops import kafka_io
@@ -49,6 +53,37 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield broker.bootstrap
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """The DSN of the session's PostgreSQL server (its ``postgres`` database)."""
+    if os.environ.get("DEDUP_TEST_POSTGRES"):
+        yield os.environ["DEDUP_TEST_POSTGRES"]
+        return
+    server = LocalPostgres(port=free_port()).start()
+    try:
+        yield server.dsn
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server: str) -> str:
+    """A new, empty database on the session's server for one test; returns its DSN."""
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_server, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return _with_database(postgres_server, name)
+
+
+def _with_database(dsn: str, name: str) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(dsn)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
 
 
 @pytest.fixture

@@ -36,15 +36,24 @@ class BreakerOptions:
 class CircuitBreaker:
     """Closed: the primary takes every call. Open: the secondary does, for ``open_ms``. Then
     half-open: one probe call goes to the primary; its success closes the circuit, its failure
-    opens it again. Only transient failures count; a rejected address says nothing of the provider.
+    opens it again.
+
+    Failures are transient ones and permanent ones that are not about the address (a wrong URL's
+    404 for every message is the provider's fault); those count once per address in the window,
+    so one address rejected again and again says nothing of the provider. An explicit "invalid
+    recipient" is a success: the provider works. ``rejecting`` says the circuit opened on
+    permanent failures that spanned at least ``min_calls`` addresses: an alert, since they were
+    dead-lettered, not retried.
     """
 
     def __init__(self, options: BreakerOptions) -> None:
         self.options = options
         self._state = CircuitState.CLOSED
-        self._outcomes: deque[bool] = deque(maxlen=options.window)
+        # (success, the address key of a permanent failure not about the address)
+        self._outcomes: deque[tuple[bool, str | None]] = deque(maxlen=options.window)
         self._opened_at = 0
         self._probing = False
+        self.rejecting = False
 
     @property
     def state(self) -> CircuitState:
@@ -62,8 +71,12 @@ class CircuitBreaker:
             return True
         return False
 
-    def record(self, *, success: bool, now_ms: int, primary: bool = True) -> CircuitState | None:
-        """The outcome of a call; returns the new state when it changed."""
+    def record(
+        self, *, success: bool, now_ms: int, primary: bool = True, rejected: str | None = None
+    ) -> CircuitState | None:
+        """The outcome of a call; ``rejected``: the key of the address whose message the provider
+        rejected permanently, for a reason not about the address. Returns the new state when it
+        changed."""
         if not primary:
             return None
         if self._state is CircuitState.HALF_OPEN:
@@ -71,13 +84,16 @@ class CircuitBreaker:
             if success:
                 self._state = CircuitState.CLOSED
                 self._outcomes.clear()
+                self.rejecting = False
             else:
                 self._open(now_ms)
             return self._state
         if self._state is CircuitState.OPEN:
             return None  # a call that started before the circuit opened
-        self._outcomes.append(success)
-        failures = self._outcomes.count(False)
+        if rejected is not None and rejected in self._rejected():
+            return None  # counted once per address
+        self._outcomes.append((success, rejected))
+        failures = sum(1 for ok, _ in self._outcomes if not ok)
         if len(self._outcomes) >= self.options.min_calls and failures >= self.options.failure_rate * len(
             self._outcomes
         ):
@@ -85,10 +101,14 @@ class CircuitBreaker:
             return self._state
         return None
 
+    def _rejected(self) -> set[str]:
+        return {key for _, key in self._outcomes if key is not None}
+
     def _open(self, now_ms: int) -> None:
+        self.rejecting = self.rejecting or len(self._rejected()) >= self.options.min_calls
         self._state = CircuitState.OPEN
         self._opened_at = now_ms
         self._outcomes.clear()
 
     def failure_rate(self) -> float:
-        return self._outcomes.count(False) / len(self._outcomes) if self._outcomes else 0.0
+        return sum(1 for ok, _ in self._outcomes if not ok) / len(self._outcomes) if self._outcomes else 0.0

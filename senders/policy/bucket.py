@@ -38,13 +38,26 @@ class TokenBucket:
 
     def reserve(self, now_s: float, n: int = 1) -> float:
         """Take ``n`` tokens; returns the seconds to wait (0.0 when they were there)."""
+        self._refill(now_s)
+        self._tokens -= n
+        return 0.0 if self._tokens >= 0 else -self._tokens / self.limit.per_second
+
+    def reserve_within(self, now_s: float, max_wait_s: float, n: int = 1) -> float | None:
+        """Take ``n`` tokens if the wait for them is at most ``max_wait_s``; returns the wait, or
+        None (and takes nothing) when it would be longer."""
+        self._refill(now_s)
+        wait = 0.0 if self._tokens >= n else (n - self._tokens) / self.limit.per_second
+        if wait > max_wait_s:
+            return None
+        self._tokens -= n
+        return wait
+
+    def _refill(self, now_s: float) -> None:
         if now_s > self._updated:
             self._tokens = min(
                 float(self.limit.burst), self._tokens + (now_s - self._updated) * self.limit.per_second
             )
             self._updated = now_s
-        self._tokens -= n
-        return 0.0 if self._tokens >= 0 else -self._tokens / self.limit.per_second
 
     def available(self, now_s: float) -> float:
         """Tokens there now (negative while reservations are queued)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from operators.errors import ConfigError
@@ -50,13 +51,14 @@ class RetryPolicy:
     ) -> int | None:
         """When the next attempt is due, or None when ``failed_attempt`` was the last one allowed.
 
-        A provider's own hint (``retry_after_ms``) is honoured when it is longer than the backoff.
+        A provider's own hint (``retry_after_ms``) is honoured when it is longer than the backoff,
+        up to ``max_backoff_ms``: a hint of a year must not park the message for a year.
         """
         if failed_attempt >= self.max_attempts:
             return None
         wait = self.delay_ms(failed_attempt, rand)
         if retry_after_ms is not None:
-            wait = max(wait, retry_after_ms)
+            wait = max(wait, min(retry_after_ms, self.max_backoff_ms))
         return now_ms + wait
 
     def steps(self) -> tuple[int, ...]:
@@ -71,6 +73,13 @@ class RetryPolicy:
         """
         fitting = [s for s in self.steps() if s <= wait_ms]
         return fitting[-1] if fitting else self.steps()[0]
+
+
+def retry_after_ms(seconds: float | None) -> int | None:
+    """A provider's Retry-After hint in ms; nonsense (negative, infinite, not a number) is no hint."""
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        return None
+    return int(min(seconds, 10.0**12) * 1000)
 
 
 def format_step(step_ms: int) -> str:

@@ -33,7 +33,8 @@ ALLOWED: Mapping[DeliveryStatus | None, frozenset[DeliveryStatus]] = {
     # a delivery receipt confirms or, for a bounce, fails a sent message
     SENT: frozenset({DELIVERED, FAILED}),
     DELIVERED: frozenset(),
-    FAILED: frozenset(),
+    # `dedupctl senders redrive`: a dead-lettered message starts again with no attempt made
+    FAILED: frozenset({Q}),
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from operators.errors import ConfigError
+from senders.policy.recipients import RecipientRules, rules_by_provider
 from senders.providers.base import Provider, Receipt
 from senders.providers.fake import Behaviour, FakeProvider, Received
 from senders.providers.http import HttpProvider
@@ -26,13 +27,23 @@ __all__ = [
 
 
 def provider_label(spec: str) -> str:
-    """A short name for metrics and status records: the URL's host, ``smtp``, ``fake``."""
+    """A short name for metrics, logs and status records: the URL's host and port (never its
+    ``user:password@``), ``smtp``, ``fake``."""
     if spec.startswith(("http://", "https://")):
-        return urlsplit(spec).netloc
+        return urlsplit(spec).netloc.rsplit("@", 1)[-1]
     return spec
 
 
+def redacted(spec: str) -> str:
+    """A provider spec fit for a message: credentials in a URL masked."""
+    parts = urlsplit(spec)
+    if "@" not in parts.netloc:
+        return spec
+    return parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[-1]).geturl()
+
+
 def build_provider(spec: str, *, name: str, settings: SendersSettings, metrics: Metrics) -> Provider:
+    own_rules = rules_by_provider(settings.invalid_recipient_rules).get(name)
     if spec == "fake" or spec.startswith("fake:"):
         return FakeProvider(name=name, metrics=metrics)
     if spec.startswith(("http://", "https://")):
@@ -41,6 +52,8 @@ def build_provider(spec: str, *, name: str, settings: SendersSettings, metrics: 
             url=spec,
             timeout_s=settings.http_timeout_ms / 1000,
             token=settings.http_token,
+            ca_file=settings.http_ca_file or None,
+            invalid_recipient=own_rules or RecipientRules.parse(settings.http_invalid_recipient),
             metrics=metrics,
         )
     if spec == "smtp":
@@ -51,8 +64,11 @@ def build_provider(spec: str, *, name: str, settings: SendersSettings, metrics: 
             sender=settings.smtp_from,
             timeout_s=settings.smtp_timeout_ms / 1000,
             starttls=settings.smtp_starttls,
+            implicit_tls=settings.smtp_implicit_tls,
+            ca_file=settings.smtp_ca_file or None,
             username=settings.smtp_username,
             password=settings.smtp_password,
+            invalid_recipient=own_rules or RecipientRules.parse(settings.smtp_invalid_recipient),
             metrics=metrics,
         )
-    raise ConfigError(f"unknown provider {spec!r}: expected an http(s):// URL, 'smtp' or 'fake'")
+    raise ConfigError(f"unknown provider {redacted(spec)!r}: expected an http(s):// URL, 'smtp' or 'fake'")

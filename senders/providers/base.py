@@ -35,6 +35,11 @@ class Provider(ABC):
     ``ProviderRetryableError`` or ``ProviderPermanentError``; anything else they raise is
     treated as a transient failure (and logged with its traceback)."""
 
+    #: the longest one send may take (its one deadline, seconds); None: the call leaves no process
+    timeout_s: float | None = None
+    #: the setting that gives ``timeout_s`` (named when the lease is too short for it)
+    deadline_setting = "timeout"
+
     def __init__(self, *, name: str, metrics: Metrics | None = None) -> None:
         self.name = name
         self.metrics = metrics if metrics is not None else Metrics()

@@ -18,7 +18,8 @@ from senders.runtime.metrics import Metrics
 class Behaviour(StrEnum):
     OK = "ok"
     TRANSIENT = "transient"
-    PERMANENT = "permanent"
+    PERMANENT = "permanent"  # the address is invalid (deactivated)
+    REJECTED = "rejected"  # permanent, not about the address (content, credentials, a wrong URL)
     SLOW = "slow"  # succeeds after ``slow_s``
 
 
@@ -87,6 +88,10 @@ class FakeProvider(Provider):
         if behaviour is Behaviour.PERMANENT:
             raise ProviderPermanentError(
                 self.name, "scripted permanent failure: recipient rejected", status_code=400
+            )
+        if behaviour is Behaviour.REJECTED:
+            raise ProviderPermanentError(
+                self.name, "scripted rejection (422): not the address", status_code=422, deactivate_address=False
             )
         if behaviour is Behaviour.SLOW:
             time.sleep(self._slow_s)

@@ -1,28 +1,42 @@
-"""A provider behind an HTTP API: POST JSON, the message key as the idempotency key."""
+"""A provider behind an HTTP API: POST JSON, the message key as the idempotency key.
+
+http.client, not urllib: a redirect is an answer, never followed (urllib re-sends a POST as a GET,
+``Authorization`` included, to wherever the ``Location`` points, and reports that host's 2xx as
+sent). TLS is verified against the system's CAs or ``ca_file``. Each send has one deadline.
+"""
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Mapping
+import math
+import ssl
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from urllib.parse import unquote, urlsplit
 
+from operators.errors import ConfigError
 from operators.records import Channel
 from senders.errors import ProviderPermanentError, ProviderRetryableError
+from senders.policy.recipients import RecipientRules
 from senders.providers.base import Provider
+from senders.providers.deadline import deadline
+from senders.providers.tls import tls_context
 from senders.runtime.metrics import Metrics
 from settings import Secret
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+#: the most of a reply body read (for its ``id``); the rest is not needed
+MAX_BODY = 64 * 1024
 
-#: the one 4xx that is retried (the contract: 2xx sent, 429/5xx/timeout transient, other 4xx
-#: permanent)
-RETRYABLE_4XX = frozenset({429})
-#: permanent 4xx replies that are not about the address (our credentials, the request, the
-#: message): dead-lettered, but the address stays active, so a bad API key cannot silence users
-MESSAGE_4XX = frozenset({401, 403, 407, 408, 413, 415, 425})
+#: 4xx replies that are retried (the contract: 2xx sent, 408/425/429/5xx/timeout transient,
+#: other 4xx permanent)
+RETRYABLE_4XX = frozenset({408, 425, 429})
+#: the answers of this project's HTTP contract that say the address itself is invalid
+DEFAULT_INVALID_RECIPIENT = "400:invalid_recipient,404:invalid_recipient,410"
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,36 +46,51 @@ class HttpReply:
     body: bytes
 
 
-Transport = Callable[[urllib.request.Request, float], HttpReply]
-
-
-def urllib_transport(request: urllib.request.Request, timeout_s: float) -> HttpReply:
-    """The default transport (stdlib); a non-2xx reply is a reply, not an exception."""
+def retry_after_s(value: str, now_s: float | None = None) -> float | None:
+    """A Retry-After header: seconds, or an HTTP date; anything else (inf, nan, negative,
+    words) is no hint. Bounding a long hint is the retry policy's job."""
+    text = value.strip()
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as resp:  # noqa: S310 - configured URL
-            return HttpReply(resp.status, dict(resp.headers.items()), resp.read())
-    except urllib.error.HTTPError as exc:
-        return HttpReply(exc.code, dict(exc.headers.items()) if exc.headers else {}, exc.read() or b"")
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            return None
+        return max(0.0, when.timestamp() - (time.time() if now_s is None else now_s))
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
 def _retry_after_s(headers: Mapping[str, str]) -> float | None:
     for name, value in headers.items():
         if name.lower() == "retry-after":
-            try:
-                return max(0.0, float(value))
-            except ValueError:
-                return None  # an HTTP date: the backoff decides
+            return retry_after_s(value)
     return None
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return "TLS certificate not verified"
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS failed: {type(exc).__name__}"
+    return f"connection failed: {type(exc).__name__}"
 
 
 class HttpProvider(Provider):
     """``POST <url>`` with ``{"message_key", "channel", "to", "template_id", "params"}``.
 
-    2xx: sent (``id`` of a JSON reply is the reference). 429, 5xx, a timeout or a connection
-    error: transient (Retry-After honoured). Any other 4xx: permanent. 401/403/407/408/413/415/425
-    do not blame the address (a rejected credential must not deactivate every address it meets):
-    dead-lettered with the address kept active; the rest deactivate the address.
+    2xx: sent (``id`` of a JSON reply is the reference). 408, 425, 429, 5xx, a timeout or a
+    connection error: transient (Retry-After honoured). 3xx: permanent (the URL is wrong: not
+    followed). Any other 4xx: permanent. Only an answer of ``invalid_recipient`` (by default
+    ``410``, or 400/404 whose body says ``invalid_recipient``) deactivates the address: a wrong
+    URL's 404 or a rejected credential must not silence every address it meets.
+    ``user:password@`` in the URL is sent as Basic authentication (unless a bearer ``token`` is
+    set) and shown nowhere.
     """
+
+    deadline_setting = "http_timeout_ms"
 
     def __init__(
         self,
@@ -70,14 +99,55 @@ class HttpProvider(Provider):
         url: str,
         timeout_s: float,
         token: Secret | None = None,
-        transport: Transport = urllib_transport,
+        ca_file: str | None = None,
+        invalid_recipient: RecipientRules | None = None,
         metrics: Metrics | None = None,
     ) -> None:
         super().__init__(name=name, metrics=metrics)
-        self.url = url
-        self.timeout_s = timeout_s
+        self.invalid_recipient = invalid_recipient or RecipientRules.parse(DEFAULT_INVALID_RECIPIENT)
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"provider {name}: not an http(s) URL")
+        self.timeout_s: float = timeout_s
+        self._timeout_s = timeout_s
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port
+        self._target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         self._token = token
-        self._transport = transport
+        self._basic = (
+            Secret(base64.b64encode(f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()).decode())
+            if parts.username
+            else None
+        )
+        self._tls = tls_context(ca_file) if self._https else None
+
+    def __repr__(self) -> str:
+        return f"HttpProvider({self.name!r})"
+
+    def _connection(self, timeout_s: float) -> http.client.HTTPConnection:
+        if self._tls is not None:
+            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout_s, context=self._tls)
+        return http.client.HTTPConnection(self._host, self._port, timeout=timeout_s)
+
+    def _post(self, body: bytes, headers: dict[str, str]) -> HttpReply:
+        conn = self._connection(self._timeout_s)
+        late = ProviderRetryableError(self.name, f"no reply within {self._timeout_s:g} s")
+        with deadline(self._timeout_s, lambda: conn.sock) as d:
+            try:
+                conn.request("POST", self._target, body=body, headers=headers)
+                resp = conn.getresponse()
+                reply = HttpReply(resp.status, dict(resp.getheaders()), resp.read(MAX_BODY))
+                cut_short = d.cut  # read before the cut: a whole reply
+            except (OSError, http.client.HTTPException) as exc:
+                if d.passed or isinstance(exc, TimeoutError):
+                    raise late from None
+                raise ProviderRetryableError(self.name, _reason(exc)) from None
+            finally:
+                conn.close()
+        if cut_short:
+            raise late  # what was read after the cut may parse, but it is no reply
+        return reply
 
     def _try_send(
         self, *, to: str, message_key: str, channel: Channel, template_id: str, params: Mapping[str, str]
@@ -94,23 +164,26 @@ class HttpProvider(Provider):
         headers = {"Content-Type": "application/json", IDEMPOTENCY_HEADER: message_key}
         if self._token:
             headers["Authorization"] = f"Bearer {self._token.reveal()}"
-        request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
-        try:
-            reply = self._transport(request, self.timeout_s)
-        except TimeoutError:
-            raise ProviderRetryableError(self.name, f"no reply within {self.timeout_s:g} s") from None
-        except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
-            raise ProviderRetryableError(self.name, f"connection failed: {type(exc).__name__}") from None
+        elif self._basic is not None:
+            headers["Authorization"] = f"Basic {self._basic.reveal()}"
+        reply = self._post(body, headers)
         status = reply.status
         if 200 <= status < 300:
             return self._reference(reply.body)
         reason = f"HTTP {status}"  # never the body: it may echo the address
+        if 300 <= status < 400:
+            raise ProviderPermanentError(
+                self.name, f"{reason} (a redirect: not followed)", status_code=status, deactivate_address=False
+            )
         if status in RETRYABLE_4XX or not 400 <= status < 500:
             raise ProviderRetryableError(
                 self.name, reason, status_code=status, retry_after_s=_retry_after_s(reply.headers)
             )
         raise ProviderPermanentError(
-            self.name, reason, status_code=status, deactivate_address=status not in MESSAGE_4XX
+            self.name,
+            reason,
+            status_code=status,
+            deactivate_address=self.invalid_recipient.matches_http(status, reply.body),
         )
 
     @staticmethod

@@ -3,6 +3,7 @@ bucket paces the call. Shared by every worker (both lanes, retries included) of 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -13,6 +14,7 @@ from operators.records import Channel
 from senders.errors import ProviderPermanentError, ProviderRetryableError
 from senders.policy.breaker import BreakerOptions, CircuitBreaker
 from senders.policy.bucket import RateLimit, TokenBucket
+from senders.policy.retry import retry_after_ms
 from senders.policy.transitions import AttemptResult
 from senders.providers.base import Provider
 from senders.records import Delivery
@@ -24,6 +26,19 @@ logger = logging.getLogger(__name__)
 _CIRCUIT_GAUGE = {CircuitState.CLOSED: 0.0, CircuitState.HALF_OPEN: 1.0, CircuitState.OPEN: 2.0}
 
 
+def _provider_failed(result: AttemptResult) -> bool:
+    """A failure of the provider, not of the address: transient, or permanent but not an
+    explicit "invalid recipient"."""
+    if result.outcome is AttemptOutcome.TRANSIENT:
+        return True
+    return result.outcome is AttemptOutcome.PERMANENT and not result.deactivate_address
+
+
+def _address_key(address: str) -> str:
+    """Tells addresses apart in the breaker's window without keeping them."""
+    return hashlib.sha256(address.encode()).hexdigest()[:16]
+
+
 class RateLimiter:
     """A token bucket behind a lock; ``acquire`` sleeps outside the lock, so callers queue fairly."""
 
@@ -32,13 +47,16 @@ class RateLimiter:
         self._bucket = TokenBucket(limit, clock())
         self._lock = threading.Lock()
 
-    def acquire(self) -> float:
-        """Take a token, waiting for it if need be; returns the seconds waited."""
+    def acquire(self, max_wait_s: float = float("inf")) -> bool:
+        """Take a token, waiting for it if it comes within ``max_wait_s``; False (nothing taken)
+        when it would come later."""
         with self._lock:
-            wait = self._bucket.reserve(self._clock())
+            wait = self._bucket.reserve_within(self._clock(), max_wait_s)
+        if wait is None:
+            return False
         if wait > 0:
             time.sleep(wait)
-        return wait
+        return True
 
 
 class Dispatcher:
@@ -59,47 +77,57 @@ class Dispatcher:
         self.primary = primary
         self.secondary = secondary
         self._limiters = {p.name: RateLimiter(limit) for p in (primary, secondary) if p is not None}
-        self._breaker = CircuitBreaker(breaker) if secondary is not None else None
+        # without a secondary the breaker moves no traffic, but still tells (the alert metric)
+        self._breaker = CircuitBreaker(breaker)
         self._lock = threading.Lock()
         self._metrics = metrics
         self._clock_ms = clock_ms
-        if self._breaker is not None:
-            self._publish_state(CircuitState.CLOSED, initial=True)
+        self._publish_state(CircuitState.CLOSED, initial=True)
 
     @property
     def circuit(self) -> CircuitState:
-        return self._breaker.state if self._breaker is not None else CircuitState.CLOSED
+        return self._breaker.state
 
-    def send(self, delivery: Delivery, to: str) -> AttemptResult:
-        """One attempt. A half-open probe is a real message: when the probe fails, the message
-        goes on to the secondary at once, so probing costs no message an attempt."""
-        probe = False
-        use_primary = True
-        if self._breaker is not None:
-            with self._lock:
-                before = self._breaker.state
-                use_primary = self._breaker.use_primary(self._clock_ms())
-                after = self._breaker.state
-            probe = use_primary and after is CircuitState.HALF_OPEN
-            if after is not before:
-                self._publish_state(after)
+    def send(self, delivery: Delivery, to: str, budget_s: float = float("inf")) -> AttemptResult:
+        """One attempt, within ``budget_s`` (what is left of the claim's lease, less the time to
+        record the outcome): no call starts that could outlive it, the rate limit's wait included.
+        A half-open probe is a real message: when the probe fails, the message goes on to the
+        secondary at once (time permitting), so probing costs no message an attempt."""
+        deadline = time.monotonic() + budget_s
+        with self._lock:
+            before = self._breaker.state
+            use_primary = self._breaker.use_primary(self._clock_ms())
+            after = self._breaker.state
+        probe = use_primary and after is CircuitState.HALF_OPEN
+        if after is not before:
+            self._publish_state(after)
         provider = self.primary if use_primary or self.secondary is None else self.secondary
-        result = self._call(provider, delivery, to)
-        if self._breaker is not None:
-            with self._lock:
-                changed = self._breaker.record(
-                    success=result.outcome is not AttemptOutcome.TRANSIENT,
-                    now_ms=self._clock_ms(),
-                    primary=provider is self.primary,
-                )
-            if changed is not None:
-                self._publish_state(changed)
-        if probe and result.outcome is AttemptOutcome.TRANSIENT and self.secondary is not None:
-            result = self._call(self.secondary, delivery, to)
+        result = self._call(provider, delivery, to, deadline)
+        if result.provider is None:
+            return result  # no call was made: nothing to tell the breaker
+        failed = _provider_failed(result)
+        with self._lock:
+            changed = self._breaker.record(
+                success=not failed,
+                now_ms=self._clock_ms(),
+                primary=provider is self.primary,
+                rejected=_address_key(to) if failed and result.outcome is AttemptOutcome.PERMANENT else None,
+            )
+        if changed is not None:
+            self._publish_state(changed)
+        if probe and failed and self.secondary is not None:
+            failover = self._call(self.secondary, delivery, to, deadline)
+            if failover.provider is not None:
+                result = failover
         return result
 
-    def _call(self, provider: Provider, delivery: Delivery, to: str) -> AttemptResult:
-        self._limiters[provider.name].acquire()
+    def _call(self, provider: Provider, delivery: Delivery, to: str, deadline: float) -> AttemptResult:
+        spare = deadline - time.monotonic() - (provider.timeout_s or 0.0)
+        if spare < 0 or not self._limiters[provider.name].acquire(spare):
+            return AttemptResult(
+                AttemptOutcome.TRANSIENT,
+                f"no time left in the claim's lease for a call to {provider.name} (rate limit)",
+            )
         try:
             provider.send(
                 to=to,
@@ -110,8 +138,9 @@ class Dispatcher:
             )
             return AttemptResult(AttemptOutcome.SENT, provider=provider.name)
         except ProviderRetryableError as exc:
-            retry_after = int(exc.retry_after_s * 1000) if exc.retry_after_s is not None else None
-            return AttemptResult(AttemptOutcome.TRANSIENT, exc.reason, retry_after, provider=provider.name)
+            return AttemptResult(
+                AttemptOutcome.TRANSIENT, exc.reason, retry_after_ms(exc.retry_after_s), provider=provider.name
+            )
         except ProviderPermanentError as exc:
             return AttemptResult(
                 AttemptOutcome.PERMANENT,
@@ -123,15 +152,20 @@ class Dispatcher:
     def _publish_state(self, state: CircuitState, *, initial: bool = False) -> None:
         labels: dict[str, Any] = {"channel": self.channel.value, "provider": self.primary.name}
         self._metrics.set("sender_circuit_state", _CIRCUIT_GAUGE[state], **labels)
+        self._metrics.set("sender_provider_rejecting", 1.0 if self._breaker.rejecting else 0.0, **labels)
         if initial:
             return
-        assert self.secondary is not None
-        target = self.secondary.name if state is CircuitState.OPEN else self.primary.name
+        if self.secondary is None:
+            target = f"{self.primary.name} (no secondary)"
+        else:
+            target = self.secondary.name if state is CircuitState.OPEN else self.primary.name
+        why = " (it rejects messages to many addresses: check its URL and credentials)"
         logger.warning(
-            "%s circuit of %s is %s: traffic goes to %s",
+            "%s circuit of %s is %s%s: traffic goes to %s",
             self.channel,
             self.primary.name,
             state,
+            why if self._breaker.rejecting else "",
             target,
             extra={"provider": self.primary.name},
         )

@@ -14,6 +14,9 @@ from typing import Any
 from operators import codec
 from operators.records import Channel
 from senders import records
+from senders.errors import StoreUnavailableError
+from senders.policy.delays import DelayAction, place_delayed
+from senders.policy.leases import send_budget_s
 from senders.policy.retry import RetryPolicy
 from senders.policy.transitions import AttemptResult, OutcomePlan, plan_outcome
 from senders.records import Delivery
@@ -26,7 +29,7 @@ from senders.statuses import (
     DeliveryStatus,
     Lane,
 )
-from senders.store.addresses import AddressBook
+from senders.store.addresses import AddressBook, Contact
 from senders.store.status import StatusRow, StatusStore
 
 logger = logging.getLogger(__name__)
@@ -114,12 +117,15 @@ class DeliveryHandler:
         offset: int,
         key: bytes | None,
         value: bytes | None,
-        delayed: bool,
+        delay_step_ms: int | None = None,
+        written_ms: int | None = None,
     ) -> Handled:
+        """One record of the channel topic, or (``delay_step_ms`` given) of its delay topic for
+        that step, written at ``written_ms`` (the record's timestamp)."""
         try:
             if value is None:
                 raise ValueError("empty record")
-            if delayed:
+            if delay_step_ms is not None:
                 d = records.from_delay_record(value, key=key, lane=self.lane)
             else:
                 d = records.from_channel_record(value, key=key, lane=self.lane, source_topic=topic)
@@ -127,7 +133,22 @@ class DeliveryHandler:
             return self._undecodable(topic, partition, offset, key, value or b"", exc)
         now = self._clock_ms()
         if d.not_before_ms > now:
+            return self._not_due(d, now, delay_step_ms, now if written_ms is None or written_ms <= 0 else written_ms)
+        return self._claim(d, now)
+
+    def _not_due(self, d: Delivery, now: int, step_ms: int | None, written_ms: int) -> Handled:
+        if step_ms is None:  # a first attempt with a due time: none are written so, but be safe
             return Handled(hold_until_ms=d.not_before_ms)
+        place = place_delayed(
+            not_before_ms=d.not_before_ms, written_ms=written_ms, step_ms=step_ms, now_ms=now, policy=self.policy
+        )
+        if place.action is DelayAction.HOLD:
+            return Handled(hold_until_ms=place.until_ms)
+        logger.info("moving %s attempt %d on to the %d ms delay topic", d.message_key, d.attempt, place.step_ms)
+        self.metrics.inc("sender_retries_moved_total", **self._labels)
+        return Handled([self._retry_record(d, d.attempt, place.not_before_ms, d.last_error, place.step_ms)])
+
+    def _claim(self, d: Delivery, now: int) -> Handled:
         decision, row = self.store.claim(
             message_key=d.message_key,
             notification_id=d.notification_id,
@@ -158,31 +179,35 @@ class DeliveryHandler:
     # -- one attempt ------------------------------------------------------------------------------
 
     def _attempt(self, d: Delivery, claimed_at: int) -> Handled:
+        """Claimed: check, send, record the outcome, build its records."""
         outputs = [self._status(d, DeliveryStatus.SENDING, d.attempt, claimed_at)]
-        address = self.addresses.lookup(d.user_id, d.channel)
+        contact, refusal = self._checks(d)
+        address = contact.address if contact is not None else None
         dead_letter: DeadLetterReason | None = None
-        if address is None:
-            result = AttemptResult(AttemptOutcome.PERMANENT, "no address for the user on this channel")
-            dead_letter = DeadLetterReason.NO_ADDRESS
-        elif self.store.is_inactive(d.channel, address):
-            result = AttemptResult(AttemptOutcome.PERMANENT, "address inactive after a permanent failure")
-            dead_letter = DeadLetterReason.ADDRESS_INACTIVE
+        if refusal is not None:
+            result, dead_letter = refusal
         else:
-            result = self.dispatcher.send(d, address)
+            assert contact is not None
+            budget = send_budget_s(self.lease_ms, self._clock_ms() - claimed_at)
+            result = self.dispatcher.send(d, contact.address, budget_s=budget)
         now = self._clock_ms()
         plan = plan_outcome(result, attempt=d.attempt, policy=self.policy, now_ms=now, rand=self._rand())
         if dead_letter is not None:
             plan = OutcomePlan(plan.status, dead_letter=dead_letter)
         error = result.reason or None
-        recorded = self.store.finish(
-            message_key=d.message_key,
-            attempt=d.attempt,
-            owner=self.owner,
-            plan=plan,
-            provider=result.provider,
-            error=error,
-            now_ms=now,
-            deactivate=(d.channel, address) if plan.deactivate_address and address is not None else None,
+        deactivate = (d.channel, address) if plan.deactivate_address and address is not None else None
+        recorded = self._record(
+            lambda: self.store.finish(
+                message_key=d.message_key,
+                attempt=d.attempt,
+                owner=self.owner,
+                plan=plan,
+                provider=result.provider,
+                error=error,
+                now_ms=now,
+                deactivate=deactivate,
+            ),
+            budget_s=(claimed_at + self.lease_ms - self._clock_ms()) / 1000,
         )
         if not recorded:
             # our lease ran out mid-call and another worker took the message over: it records the outcome
@@ -201,6 +226,47 @@ class DeliveryHandler:
         )
         self._count(d, plan, result)
         return Handled(outputs, [(d.message_key, d.attempt)])
+
+    def _checks(self, d: Delivery) -> tuple[Contact | None, tuple[AttemptResult, DeadLetterReason] | None]:
+        """Whom to send to, or why the message is dead-lettered without a call. Every rule that
+        may stop an attempt before the provider is called belongs here."""
+        contact = self.addresses.lookup(d.user_id, d.channel)
+        if contact is None:
+            result = AttemptResult(AttemptOutcome.PERMANENT, "no address for the user on this channel")
+            return None, (result, DeadLetterReason.NO_ADDRESS)
+        if not self._active(d.channel, contact):
+            result = AttemptResult(AttemptOutcome.PERMANENT, "address inactive after an invalid-recipient answer")
+            return contact, (result, DeadLetterReason.ADDRESS_INACTIVE)
+        return contact, None
+
+    def _active(self, channel: Channel, contact: Contact) -> bool:
+        """Whether the address may be used; one deactivated before the user registered it again
+        is reactivated."""
+        since = self.store.inactive_since(channel, contact.address)
+        if since is None:
+            return True
+        if contact.registered_ms > since and self.store.reactivate(channel, contact.address):
+            logger.info("%s address registered again after its deactivation: reactivated", channel)
+            self.metrics.inc("sender_addresses_reactivated_total", **self._labels)
+            return True
+        return False
+
+    @staticmethod
+    def _record(finish: Callable[[], bool], budget_s: float) -> bool:
+        """Record an outcome, retrying while the store is unavailable and the claim's lease lasts:
+        the provider has been called, and an outcome never recorded means a second send once the
+        lease runs out."""
+        deadline = time.monotonic() + budget_s
+        pause = 0.05
+        while True:
+            try:
+                return finish()
+            except StoreUnavailableError:
+                if time.monotonic() + pause >= deadline:
+                    raise
+                logger.warning("status store unavailable: retrying the outcome for %.1f s more", budget_s)
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
 
     def _count(self, d: Delivery, plan: OutcomePlan, result: AttemptResult) -> None:
         if result.provider is not None:
@@ -267,16 +333,7 @@ class DeliveryHandler:
         out = [self._status(d, status, attempt, now_ms, provider, error, retry_at_ms)]
         if status is DeliveryStatus.QUEUED and retry_at_ms is not None:
             step = self.policy.step_for(retry_at_ms - now_ms)
-            retry = records.delay_record(
-                d, attempt=attempt + 1, not_before_ms=retry_at_ms, last_error=error or ""
-            )
-            out.append(
-                Output(
-                    self.topics.delay(d.source_topic, step),
-                    d.kafka_key,
-                    codec.encode("delayed_delivery", retry),
-                )
-            )
+            out.append(self._retry_record(d, attempt + 1, retry_at_ms, error or "", step))
         if dead_letter is not None:
             called = dead_letter not in (DeadLetterReason.ADDRESS_INACTIVE, DeadLetterReason.NO_ADDRESS)
             letter = records.dead_letter_record(
@@ -293,6 +350,10 @@ class DeliveryHandler:
             )
             out.append(Output(self.topics.dlq, d.message_key.encode(), codec.encode("dead_letter", letter)))
         return out
+
+    def _retry_record(self, d: Delivery, attempt: int, not_before_ms: int, error: str, step_ms: int) -> Output:
+        retry = records.delay_record(d, attempt=attempt, not_before_ms=not_before_ms, last_error=error)
+        return Output(self.topics.delay(d.source_topic, step_ms), d.kafka_key, codec.encode("delayed_delivery", retry))
 
     def _republish(self, d: Delivery, row: StatusRow) -> list[Output]:
         return self._outcome_records(

@@ -8,13 +8,20 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
 
 from operators.errors import ConfigError
 from operators.records import Channel, Priority
 from ops import kafka_io
+from senders.errors import InstanceInUseError
+from senders.policy.leases import check_lease
+from senders.policy.restarts import FenceWatch, RestartPolicy
 from senders.providers import Provider, build_provider, provider_label
 from senders.runtime.dispatch import Dispatcher
 from senders.runtime.handler import AttemptEvent, DeliveryHandler, HandlerTopics
+from senders.runtime.identity import ProcessIdentity
 from senders.runtime.metrics import Metrics
 from senders.runtime.worker import SenderWorker, WorkerOptions
 from senders.statuses import Lane
@@ -63,8 +70,14 @@ def store_location(cfg: Settings) -> str:
 
 
 def open_status_store(cfg: Settings) -> StatusStore:
-    password = cfg.senders.status_store_password.reveal() if cfg.senders.status_store_password else None
-    return open_store(store_location(cfg), synchronous=cfg.senders.sqlite_synchronous, password=password)
+    s = cfg.senders
+    password = s.status_store_password.reveal() if s.status_store_password else None
+    return open_store(
+        store_location(cfg),
+        synchronous=s.sqlite_synchronous,
+        password=password,
+        busy_timeout_ms=s.sqlite_busy_timeout_ms,
+    )
 
 
 def build_dispatchers(
@@ -109,33 +122,102 @@ def build_dispatchers(
     return out
 
 
+def _is_fenced(exc: BaseException) -> bool:
+    error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return isinstance(error, KafkaError) and error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+def _send_deadlines(dispatchers: Iterable[Dispatcher]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for d in dispatchers:
+        for p in (d.primary, d.secondary):
+            if p is not None and p.timeout_s is not None:
+                out[p.deadline_setting] = max(out.get(p.deadline_setting, 0.0), p.timeout_s * 1000)
+    return out
+
+
 @dataclass
 class SenderPool:
-    """The workers of one process and the threads that run them."""
+    """The workers of one process and the threads that run them. Each thread supervises its
+    worker: a failed worker backs off and starts again (a new consumer and producer, the store
+    reconnected), so one channel's trouble never stops another. Only losing the process's
+    identity (its instance id taken by a live process) stops them all: ``fatal`` says why."""
 
     workers: list[SenderWorker]
     metrics: Metrics
     dispatchers: dict[Channel, Dispatcher]
+    identity: ProcessIdentity | None = None
+    restarts: RestartPolicy = field(default_factory=RestartPolicy)
     stop_event: threading.Event = field(default_factory=threading.Event)
+    #: every failure a worker had (it was restarted after each, unless ``fatal`` is set)
     errors: list[BaseException] = field(default_factory=list)
+    fatal: InstanceInUseError | None = None
     _threads: list[threading.Thread] = field(default_factory=list)
 
     def start(self) -> SenderPool:
+        """Hold the process's instance id, then start the workers; raises InstanceInUseError
+        (and starts nothing) when another live process holds it."""
+        if self.identity is not None:
+            try:
+                self.identity.acquire()
+            except BaseException:
+                self._close_stores()
+                self.identity.release()
+                raise
+            self.identity.start_heartbeat(self._lose_identity)
         for worker in self.workers:
-            thread = threading.Thread(target=self._run, args=(worker,), name=worker.name, daemon=True)
+            thread = threading.Thread(target=self._supervise, args=(worker,), name=worker.name, daemon=True)
             thread.start()
             self._threads.append(thread)
         return self
 
-    def _run(self, worker: SenderWorker) -> None:
+    def _lose_identity(self, reason: str) -> None:
+        logger.error("%s", reason)
+        self.fatal = InstanceInUseError(reason)
+        self.stop_event.set()
+
+    def _supervise(self, worker: SenderWorker) -> None:
+        labels: dict[str, Any] = {"channel": worker.handler.channel.value, "lane": worker.handler.lane.value}
+        fences = FenceWatch(self.restarts)
+        failures = 0
         try:
-            worker.run(self.stop_event)
-        except BaseException as exc:
-            logger.exception("%s failed: stopping every worker", worker.name)
-            self.errors.append(exc)
-            self.stop_event.set()
+            while not self.stop_event.is_set():
+                started = time.monotonic()
+                try:
+                    worker.run(self.stop_event)
+                    return
+                except Exception as exc:  # noqa: BLE001 - any failure: back off and start again
+                    self.errors.append(exc)
+                    self.metrics.set("sender_worker_up", 0, **labels)
+                    if _is_fenced(exc) and self._fenced_for_good(worker, fences):
+                        return
+                    failures = self.restarts.failures_after(failures, (time.monotonic() - started) * 1000)
+                    delay = self.restarts.delay_ms(failures) / 1000
+                    logger.warning("%s failed (%s): starting again in %.1f s", worker.name, _describe(exc), delay)
+                    logger.debug("%s failure", worker.name, exc_info=True)
+                    self.metrics.inc("sender_worker_restarts_total", **labels)
+                    self.stop_event.wait(delay)
         finally:
+            self.metrics.set("sender_worker_up", 0, **labels)
             worker.handler.store.close()
+
+    def _fenced_for_good(self, worker: SenderWorker, fences: FenceWatch) -> bool:
+        """A fenced producer starts again (it fences the zombie back), unless another live
+        process holds our instance id or the fencing goes round in a loop."""
+        taken = self.identity is not None and not self.identity.still_ours()
+        if taken or fences.fenced(time.monotonic() * 1000):
+            self._lose_identity(
+                f"{worker.name}: the producer {worker.options.transactional_id!r} keeps being fenced by"
+                " another live producer with the same transactional id: is senders.instance_id"
+                f" {self.identity.instance_id if self.identity else ''!r} used by two processes?"
+                " Give each `senders run` process its own senders.instance_id"
+            )
+            return True
+        return False
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -147,6 +229,14 @@ class SenderPool:
         self.stop_event.set()
         for thread in self._threads:
             thread.join(timeout_s)
+        if not self._threads:
+            self._close_stores()
+        if self.identity is not None:
+            self.identity.release()
+
+    def _close_stores(self) -> None:
+        for worker in self.workers:
+            worker.handler.store.close()
 
     def alive(self) -> bool:
         return any(t.is_alive() for t in self._threads)
@@ -180,6 +270,7 @@ def build_pool(
     topics = HandlerTopics(
         status=s.status_topic, dlq=s.dlq_topic, delay=lambda topic, step: s.delay_topics(topic)[step]
     )
+    check_lease(s.lease_ms, _send_deadlines(dispatchers.values()))
     workers = []
     for channel in channels:
         for lane in lanes:
@@ -205,11 +296,12 @@ def build_pool(
                     group_id=group_id(cfg, channel, lane),
                     transactional_id=txn_id,
                     source_topic=source,
-                    delay_topics=list(s.delay_topics(source).values()),
+                    delay_topics={name: step for step, name in s.delay_topics(source).items()},
                     batch_size=s.batch_size,
                     poll_timeout_s=s.poll_timeout_ms / 1000,
                     session_timeout_ms=s.session_timeout_ms,
                     transaction_timeout_ms=s.transaction_timeout_ms,
+                    kafka_timeout_s=s.kafka_timeout_ms / 1000,
                 )
                 workers.append(
                     SenderWorker(
@@ -220,4 +312,6 @@ def build_pool(
                         metrics=metrics,
                     )
                 )
-    return SenderPool(workers, metrics, dispatchers)
+    identity = ProcessIdentity(open_status_store(cfg).db, instance_id=instance, ttl_ms=s.instance_ttl_ms)
+    restarts = RestartPolicy(initial_ms=s.restart_backoff_ms, max_ms=s.restart_backoff_max_ms)
+    return SenderPool(workers, metrics, dispatchers, identity=identity, restarts=restarts)

@@ -11,12 +11,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from senders.errors import SenderError
+from senders.errors import SenderError, StoreUnavailableError
 from senders.runtime.handler import DeliveryHandler, Output
 from senders.runtime.metrics import Metrics
 
@@ -32,23 +32,26 @@ class WorkerOptions:
     :param group_id: its consumer group (one per channel and lane)
     :param transactional_id: its producer's transactional id (unique among live workers)
     :param source_topic: the channel topic (a lane of one channel)
-    :param delay_topics: that topic's delay topics
+    :param delay_topics: that topic's delay topics: name -> delay step (ms)
     :param batch_size: records per poll, committed as one transaction
     :param poll_timeout_s: longest wait for records
     :param session_timeout_ms: consumer session timeout
     :param transaction_timeout_ms: producer transaction timeout
     :param lag_interval_s: how often consumer lag is measured
+    :param kafka_timeout_s: the longest wait on the broker (init_transactions, metadata, a
+        commit) before ``run`` gives up with an exception
     """
 
     group_id: str
     transactional_id: str
     source_topic: str
-    delay_topics: Sequence[str]
+    delay_topics: Mapping[str, int]
     batch_size: int = 200
     poll_timeout_s: float = 0.1
     session_timeout_ms: int = 45_000
     transaction_timeout_ms: int = 60_000
     lag_interval_s: float = 1.0
+    kafka_timeout_s: float = 30.0
 
 
 def _position(msg: Message) -> tuple[str, int, int]:
@@ -92,11 +95,16 @@ class SenderWorker:
         self._unpause: list[TopicPartition] = []
         self._labels = {"channel": handler.channel.value, "lane": handler.lane.value}
         self._next_lag = 0.0
+        #: makes the transactional producer (a test replaces it to inject broker errors)
+        self.producer_factory: Callable[[dict[str, str]], Producer] = Producer
 
     # -- lifecycle --------------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
+        """Consume until ``stop``; raises on a failure (broker or store unreachable, producer
+        fenced), after which a new ``run`` starts over from the committed offsets."""
         o = self.options
+        self._holds, self._assigned, self._unpause = {}, [], []
         consumer = Consumer(
             {
                 **self._client_config,
@@ -108,7 +116,7 @@ class SenderWorker:
                 "fetch.wait.max.ms": "100",
             }
         )
-        producer = Producer(
+        producer = self.producer_factory(
             {
                 **self._client_config,
                 "transactional.id": o.transactional_id,
@@ -117,8 +125,8 @@ class SenderWorker:
             }
         )
         try:
-            producer.init_transactions(30)
-            self._await_topics(consumer, [o.source_topic, *o.delay_topics])
+            producer.init_transactions(o.kafka_timeout_s)
+            self._await_topics(consumer, [o.source_topic, *o.delay_topics], o.kafka_timeout_s)
             consumer.subscribe(
                 [o.source_topic, *o.delay_topics],
                 on_assign=self._on_assign,
@@ -126,6 +134,7 @@ class SenderWorker:
                 on_lost=self._on_revoke,
             )
             logger.info("%s consuming %s (group %s)", self.name, o.source_topic, o.group_id)
+            self.metrics.set("sender_worker_up", 1, **self._labels)
             while not stop.is_set():
                 if self._unpause:
                     # holds end with the assignment; make sure no pause outlives it either
@@ -138,7 +147,10 @@ class SenderWorker:
                 self._measure_lag(consumer)
         finally:
             self.ready.clear()
-            consumer.close()
+            try:
+                consumer.close()
+            except (KafkaException, RuntimeError):
+                logger.debug("%s: consumer close failed", self.name, exc_info=True)
             logger.info("%s stopped", self.name)
 
     def _await_topics(self, consumer: Consumer, names: list[str], timeout_s: float = 30.0) -> None:
@@ -146,7 +158,7 @@ class SenderWorker:
         be picked up only at the next metadata refresh (minutes), and its retries would wait."""
         deadline = time.monotonic() + timeout_s
         while True:
-            topics = consumer.list_topics(timeout=10).topics
+            topics = consumer.list_topics(timeout=max(1.0, min(10.0, timeout_s))).topics
             missing = [
                 n for n in names if n not in topics or topics[n].error is not None or not topics[n].partitions
             ]
@@ -220,7 +232,8 @@ class SenderWorker:
                 offset=offset,
                 key=_bytes(msg.key()),
                 value=_bytes(msg.value()),
-                delayed=topic in self._delay,
+                delay_step_ms=self.options.delay_topics.get(topic),
+                written_ms=msg.timestamp()[1],
             )
             if handled.hold_until_ms is not None:
                 self._hold(consumer, topic, partition, offset, handled.hold_until_ms)
@@ -231,15 +244,20 @@ class SenderWorker:
         now_ms = time.time() * 1000
         age = max((now_ms - ts for ts in oldest.values() if ts > 0), default=0.0)
         self.metrics.set("sender_oldest_waiting_age_seconds", age / 1000, **self._labels)
-        if positions:
-            self._commit(consumer, producer, outputs, positions)
-            self.handler.store.mark_published(published)
+        if positions and self._commit(consumer, producer, outputs, positions):
+            # only now: after an abort the rows must still say "unpublished", so that the
+            # redelivered records produce these outcomes again instead of being skipped
+            try:
+                self.handler.store.mark_published(published)
+            except StoreUnavailableError as exc:
+                # committed in Kafka all the same; a replay of these records would republish them
+                logger.warning("%s: could not mark %d outcomes published: %s", self.name, len(published), exc)
 
     def _commit(
         self, consumer: Consumer, producer: Producer, outputs: list[Output], positions: dict[TP, int]
-    ) -> None:
+    ) -> bool:
         """Records and offsets in one transaction; on an abortable error, rewind and redo the batch
-        (the status store then says which outcomes to publish again)."""
+        (the status store then says which outcomes to publish again). True when committed."""
         try:
             producer.begin_transaction()
             for out in outputs:
@@ -250,8 +268,10 @@ class SenderWorker:
                     except BufferError:
                         producer.poll(0.05)
             offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
-            producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
-            self._commit_transaction(producer)
+            timeout = self.options.kafka_timeout_s
+            producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), timeout)
+            self._commit_transaction(producer, timeout)
+            return True
         except KafkaException as exc:
             error = exc.args[0]
             if not isinstance(error, KafkaError) or error.fatal() or not error.txn_requires_abort():
@@ -260,25 +280,26 @@ class SenderWorker:
             logger.warning(
                 "%s transaction aborted (%s): rewinding to the committed offsets", self.name, error
             )
-            producer.abort_transaction(30)
+            producer.abort_transaction(self.options.kafka_timeout_s)
             self._rewind(consumer)
+            return False
 
     @staticmethod
-    def _commit_transaction(producer: Producer) -> None:
-        for _ in range(10):
+    def _commit_transaction(producer: Producer, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
             try:
-                producer.commit_transaction(30)
+                producer.commit_transaction(max(0.1, deadline - time.monotonic()))
                 return
             except KafkaException as exc:
                 error = exc.args[0]
-                if isinstance(error, KafkaError) and error.retriable():
+                if isinstance(error, KafkaError) and error.retriable() and time.monotonic() < deadline:
                     continue
                 raise
-        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "commit_transaction kept failing"))
 
     def _rewind(self, consumer: Consumer) -> None:
         self._holds.clear()
-        committed = consumer.committed(consumer.assignment(), timeout=30)
+        committed = consumer.committed(consumer.assignment(), timeout=self.options.kafka_timeout_s)
         for tp in committed:
             consumer.resume([tp])
             consumer.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else -2))

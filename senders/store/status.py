@@ -2,22 +2,20 @@
 
 SQLite by default (WAL, one connection per worker, ``BEGIN IMMEDIATE`` for the conditional
 transitions); PostgreSQL when ``senders.status_store`` is a ``postgresql://`` DSN (``SELECT ...
-FOR UPDATE``; needs psycopg). Addresses are stored only as hashes.
+FOR UPDATE``; needs psycopg), the store to share between processes and hosts. Addresses are
+stored only as hashes.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import sqlite3
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
+from enum import StrEnum
 from typing import Any
 
 from operators.records import Channel
-from senders.errors import StatusStoreError
 from senders.policy.transitions import (
     ClaimDecision,
     OutcomePlan,
@@ -26,35 +24,9 @@ from senders.policy.transitions import (
     decide_claim,
 )
 from senders.statuses import ClaimAction, DeadLetterReason, DeliveryStatus, Lane
+from senders.store.db import Database, open_database
 
 logger = logging.getLogger(__name__)
-
-_SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS delivery_status (
-        message_key TEXT PRIMARY KEY,
-        notification_id TEXT NOT NULL,
-        channel TEXT NOT NULL,
-        lane TEXT NOT NULL,
-        status TEXT NOT NULL,
-        attempts INTEGER NOT NULL,
-        provider TEXT,
-        last_error TEXT,
-        dead_letter TEXT,
-        retry_at_ms BIGINT,
-        lease_until_ms BIGINT NOT NULL DEFAULT 0,
-        owner TEXT,
-        unpublished INTEGER NOT NULL DEFAULT 0,
-        created_ms BIGINT NOT NULL,
-        updated_ms BIGINT NOT NULL
-    )""",
-    """CREATE TABLE IF NOT EXISTS inactive_address (
-        channel TEXT NOT NULL,
-        address_hash TEXT NOT NULL,
-        reason TEXT NOT NULL,
-        since_ms BIGINT NOT NULL,
-        PRIMARY KEY (channel, address_hash)
-    )""",
-)
 
 _COLUMNS = (
     "message_key, notification_id, channel, lane, status, attempts, provider, last_error, dead_letter,"
@@ -122,43 +94,32 @@ class StatusRow:
         return StoredState(self.status, self.attempts, self.lease_until_ms, self.unpublished)
 
 
+#: a dead letter's place: (topic, partition, offset)
+LetterPosition = tuple[str, int, int]
+
+
+class RedriveStep(StrEnum):
+    PRODUCE = "produce"  # produce the payload back to its channel topic
+    ALREADY = "already"  # this dead letter was redriven before
+    NOT_FAILED = "not_failed"  # its message is no longer failed (sent, or redriven by another letter)
+
+
 class StatusStore:
     """One connection; a worker opens its own. Every method is one database transaction."""
 
-    def __init__(self, conn: Any, *, dialect: str) -> None:
-        self._conn = conn
-        self._dialect = dialect
-        self._lock_suffix = " FOR UPDATE" if dialect == "postgresql" else ""
-        with self._tx() as cur:
-            for ddl in _SCHEMA:
-                cur.execute(ddl)
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
-    # -- plumbing ---------------------------------------------------------------------------------
+    @property
+    def db(self) -> Database:
+        return self._db
 
-    def _sql(self, text: str) -> str:
-        return text.replace("?", "%s") if self._dialect == "postgresql" else text
-
-    @contextmanager
-    def _tx(self, write: bool = True) -> Iterator[Any]:
-        cur = self._conn.cursor()
-        try:
-            if self._dialect == "sqlite":
-                # a writer takes the write lock first, so what it reads cannot change under it
-                cur.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            yield cur
-            self._conn.commit() if self._dialect == "postgresql" else cur.execute("COMMIT")
-        except BaseException:
-            self._conn.rollback()
-            raise
-        finally:
-            cur.close()
-
-    def _exec(self, cur: Any, text: str, params: Iterable[Any] = ()) -> Any:
-        cur.execute(self._sql(text), tuple(params))
-        return cur
+    @property
+    def dialect(self) -> str:
+        return self._db.dialect
 
     def close(self) -> None:
-        self._conn.close()
+        self._db.close()
 
     # -- transitions ------------------------------------------------------------------------------
 
@@ -175,8 +136,8 @@ class StatusStore:
         owner: str,
     ) -> tuple[ClaimDecision, StatusRow | None]:
         """queued -> sending for ``attempt``, if ``decide_claim`` allows it; else why not."""
-        with self._tx() as cur:
-            self._exec(
+        with self._db.tx() as cur:
+            self._db.exec(
                 cur,
                 "INSERT INTO delivery_status (message_key, notification_id, channel, lane, status, attempts,"
                 " created_ms, updated_ms) VALUES (?, ?, ?, ?, ?, 0, ?, ?)"
@@ -191,16 +152,16 @@ class StatusStore:
                     now_ms,
                 ),
             )
-            found = self._exec(
+            found = self._db.exec(
                 cur,
-                f"SELECT {_COLUMNS} FROM delivery_status WHERE message_key = ?{self._lock_suffix}",
+                f"SELECT {_COLUMNS} FROM delivery_status WHERE message_key = ?{self._db.for_update}",
                 (message_key,),
             ).fetchone()
             row = StatusRow.from_db(found)
             decision = decide_claim(row.state(), attempt, now_ms)
             if decision.action is ClaimAction.CLAIM:
                 check_transition(row.status, DeliveryStatus.SENDING)
-                self._exec(
+                self._db.exec(
                     cur,
                     "UPDATE delivery_status SET status = ?, attempts = ?, lease_until_ms = ?, owner = ?,"
                     " unpublished = 0, updated_ms = ? WHERE message_key = ?",
@@ -223,9 +184,9 @@ class StatusStore:
         """sending -> the plan's status, if this worker still holds the claim. ``deactivate``
         (channel, address) is marked inactive in the same transaction."""
         check_transition(DeliveryStatus.SENDING, plan.status)
-        with self._tx() as cur:
+        with self._db.tx() as cur:
             done = (
-                self._exec(
+                self._db.exec(
                     cur,
                     "UPDATE delivery_status SET status = ?, provider = ?, last_error = ?, dead_letter = ?,"
                     " retry_at_ms = ?, lease_until_ms = 0, unpublished = 1, updated_ms = ?"
@@ -247,12 +208,12 @@ class StatusStore:
             )
             if done and deactivate is not None:
                 channel, address = deactivate
-                self._exec(
+                self._db.exec(
                     cur,
                     "INSERT INTO inactive_address (channel, address_hash, reason, since_ms)"
                     " VALUES (?, ?, ?, ?)"
                     " ON CONFLICT (channel, address_hash) DO NOTHING",
-                    (channel.value, address_hash(channel, address), error or "", now_ms),
+                    (channel.value, address_hash(channel, address), (error or "")[:200], now_ms),
                 )
             return done
 
@@ -261,9 +222,9 @@ class StatusStore:
         items = [(key, attempt) for key, attempt in published]
         if not items:
             return
-        with self._tx() as cur:
+        with self._db.tx() as cur:
             cur.executemany(
-                self._sql(
+                self._db.sql(
                     "UPDATE delivery_status SET unpublished = 0 WHERE message_key = ? AND attempts = ?"
                 ),
                 items,
@@ -271,9 +232,9 @@ class StatusStore:
 
     def mark_delivered(self, message_key: str, now_ms: int) -> bool:
         """sent -> delivered, from a provider's delivery receipt."""
-        with self._tx() as cur:
+        with self._db.tx() as cur:
             return bool(
-                self._exec(
+                self._db.exec(
                     cur,
                     "UPDATE delivery_status SET status = ?, updated_ms = ?"
                     " WHERE message_key = ? AND status = ?",
@@ -282,57 +243,109 @@ class StatusStore:
                 == 1
             )
 
-    # -- addresses and reads ----------------------------------------------------------------------
+    def inactive_since(self, channel: Channel, address: str) -> int | None:
+        """When the address was deactivated (ms), or None while it is active."""
+        with self._db.tx(write=False) as cur:
+            found = self._db.exec(
+                cur,
+                "SELECT since_ms FROM inactive_address WHERE channel = ? AND address_hash = ?",
+                (channel.value, address_hash(channel, address)),
+            ).fetchone()
+        return int(found[0]) if found else None
 
     def is_inactive(self, channel: Channel, address: str) -> bool:
-        with self._tx(write=False) as cur:
-            return (
-                self._exec(
+        return self.inactive_since(channel, address) is not None
+
+    def reactivate(self, channel: Channel, address: str) -> bool:
+        """Make a deactivated address usable again; False when it was not inactive."""
+        with self._db.tx() as cur:
+            return bool(
+                self._db.exec(
                     cur,
-                    "SELECT 1 FROM inactive_address WHERE channel = ? AND address_hash = ?",
+                    "DELETE FROM inactive_address WHERE channel = ? AND address_hash = ?",
                     (channel.value, address_hash(channel, address)),
-                ).fetchone()
-                is not None
+                ).rowcount
             )
 
+    # -- redrive ----------------------------------------------------------------------------------
+
+    def begin_redrive(
+        self, letter: LetterPosition, message_key: str, now_ms: int, *, apply: bool = True
+    ) -> RedriveStep:
+        """Whether this dead letter is to be produced back to its channel topic now.
+
+        The first time, a ``failed`` row goes back to ``queued`` with no attempt made, so that the
+        record produced next is claimed as a first attempt; the letter is remembered, so a second
+        redrive of it does nothing. A letter remembered but not yet produced (the redrive stopped
+        in between) is produced again. ``apply=False`` only tells (a dry run)."""
+        with self._db.tx(write=apply) as cur:
+            done = self._db.exec(
+                cur,
+                "SELECT produced FROM redriven_letter WHERE dlq_topic = ? AND dlq_partition = ?"
+                f" AND dlq_offset = ?{self._db.for_update}",
+                letter,
+            ).fetchone()
+            if done is not None:
+                return RedriveStep.ALREADY if done[0] else RedriveStep.PRODUCE
+            found = self._db.exec(
+                cur,
+                f"SELECT {_COLUMNS} FROM delivery_status WHERE message_key = ?{self._db.for_update}",
+                (message_key,),
+            ).fetchone()
+            if found is None or StatusRow.from_db(found).status is not DeliveryStatus.FAILED:
+                return RedriveStep.NOT_FAILED
+            if not apply:
+                return RedriveStep.PRODUCE
+            check_transition(DeliveryStatus.FAILED, DeliveryStatus.QUEUED)
+            self._db.exec(
+                cur,
+                "UPDATE delivery_status SET status = ?, attempts = 0, dead_letter = NULL, retry_at_ms = NULL,"
+                " lease_until_ms = 0, owner = NULL, unpublished = 0, updated_ms = ? WHERE message_key = ?",
+                (DeliveryStatus.QUEUED.value, now_ms, message_key),
+            )
+            self._db.exec(
+                cur,
+                "INSERT INTO redriven_letter (dlq_topic, dlq_partition, dlq_offset, message_key, produced, at_ms)"
+                " VALUES (?, ?, ?, ?, 0, ?)",
+                (*letter, message_key, now_ms),
+            )
+            return RedriveStep.PRODUCE
+
+    def finish_redrive(self, letter: LetterPosition) -> None:
+        """The redriven record is committed in Kafka."""
+        with self._db.tx() as cur:
+            self._db.exec(
+                cur,
+                "UPDATE redriven_letter SET produced = 1 WHERE dlq_topic = ? AND dlq_partition = ?"
+                " AND dlq_offset = ?",
+                letter,
+            )
+
+    # -- reads ------------------------------------------------------------------------------------
+
     def get(self, message_key: str) -> StatusRow | None:
-        with self._tx(write=False) as cur:
-            found = self._exec(
+        with self._db.tx(write=False) as cur:
+            found = self._db.exec(
                 cur, f"SELECT {_COLUMNS} FROM delivery_status WHERE message_key = ?", (message_key,)
             ).fetchone()
         return StatusRow.from_db(found) if found else None
 
     def rows(self) -> list[StatusRow]:
-        with self._tx(write=False) as cur:
-            found = self._exec(
+        with self._db.tx(write=False) as cur:
+            found = self._db.exec(
                 cur, f"SELECT {_COLUMNS} FROM delivery_status ORDER BY created_ms, message_key"
             )
             return [StatusRow.from_db(r) for r in found.fetchall()]
 
 
-def open_store(location: str, *, synchronous: str = "FULL", password: str | None = None) -> StatusStore:
+def open_store(
+    location: str,
+    *,
+    synchronous: str = "FULL",
+    password: str | None = None,
+    busy_timeout_ms: int = 30_000,
+) -> StatusStore:
     """A store at ``location``: a ``postgresql://`` DSN, ``sqlite:///path``, or a file path."""
-    if location.startswith(("postgresql://", "postgres://")):
-        try:
-            import psycopg
-        except ImportError:
-            raise StatusStoreError(
-                "a postgresql:// status store needs psycopg (pip install psycopg)"
-            ) from None
-        try:
-            conn = psycopg.connect(location, password=password) if password else psycopg.connect(location)
-        except psycopg.Error as exc:
-            raise StatusStoreError(f"cannot connect to the status store: {exc}") from None
-        return StatusStore(conn, dialect="postgresql")
-    # sqlite:///relative.db or sqlite:////absolute/path.db, as SQLAlchemy spells them
-    path = Path(location[len("sqlite:///") :] if location.startswith("sqlite:///") else location)
-    if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
-        raise StatusStoreError(f"unknown sqlite synchronous mode {synchronous!r}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        conn = sqlite3.connect(str(path), timeout=30.0, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
-    except sqlite3.Error as exc:
-        raise StatusStoreError(f"cannot open the status store {path}: {exc}") from None
-    return StatusStore(conn, dialect="sqlite")
+    return StatusStore(
+        open_database(location, synchronous=synchronous, password=password, busy_timeout_ms=busy_timeout_ms)
+    )

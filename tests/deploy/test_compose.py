@@ -280,26 +280,40 @@ def test_schema_is_not_vacuous(compose, compose_schema):
     assert any("service_ready" in e for e in errors), errors
 
 
-def _docker_compose_available() -> bool:
-    if shutil.which("docker") is None:
-        return False
-    try:
-        proc = subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return proc.returncode == 0
+def _compose_command() -> list[str] | None:
+    """`docker compose` (the CLI plugin) or `docker-compose` (Debian's package: validates a file
+    without an engine); `make setup` installs the latter."""
+    if shutil.which("docker") is not None:
+        try:
+            if subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=30).returncode == 0:
+                return ["docker", "compose"]
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return ["docker-compose"] if shutil.which("docker-compose") is not None else None
 
 
-@pytest.mark.skipif(not _docker_compose_available(), reason="docker compose plugin not available")
-def test_docker_compose_config_accepts_file():
-    proc = subprocess.run(
-        ["docker", "compose", "-f", str(COMPOSE_FILE), "config", "-q"],
+def _compose_config(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    command = _compose_command()
+    assert command is not None, "neither `docker compose` nor `docker-compose`: run `make setup`"
+    return subprocess.run(
+        [*command, "-f", str(COMPOSE_FILE), "config", "-q"],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "GRAFANA_ADMIN_PASSWORD"} | env,
     )
+
+
+def test_docker_compose_config_accepts_file():
+    proc = _compose_config({"GRAFANA_ADMIN_PASSWORD": "a-long-password"})
     assert proc.returncode == 0, proc.stderr
+
+
+def test_docker_compose_config_wants_the_grafana_password():
+    proc = _compose_config({})
+    assert proc.returncode != 0
+    assert "GRAFANA_ADMIN_PASSWORD" in proc.stderr
 
 
 # ------------------------------------------------------------- services and wiring
@@ -479,6 +493,96 @@ def test_checkpoint_volume_is_shared(services, flink_conf):
         jm, tm = mount_of("jobmanager", target), mount_of("taskmanager", target)
         assert jm and jm == tm, f"{target} must be the same named volume on jobmanager and taskmanager"
         assert flink_conf[key] == f"file://{target}"
+
+
+# ------------------------------------------------------------------- exposure
+
+
+def _published(service: dict) -> list[tuple[str | None, str]]:
+    """(host address, container port) of each published port, short or long syntax."""
+    out = []
+    for port in service.get("ports", []):
+        if isinstance(port, dict):
+            out.append((port.get("host_ip"), str(port["target"])))
+            continue
+        parts = str(port).split(":")
+        out.append((parts[0] if len(parts) == 3 else None, parts[-1].split("/")[0]))
+    return out
+
+
+def test_ports_are_published_on_loopback_only(services):
+    published = {name: _published(svc) for name, svc in services.items() if svc.get("ports")}
+    assert {"kafka", "jobmanager", "grafana", "prometheus"} <= set(published)
+    for name, ports in published.items():
+        for host, target in ports:
+            assert host == "127.0.0.1", f"{name}: port {target} is published on every interface"
+
+
+def test_flink_web_submission_is_disabled(services, flink_conf):
+    for name in ("jobmanager", "taskmanager", "submit-job"):
+        props = services[name]["environment"]["FLINK_PROPERTIES"]
+        parsed = dict(
+            (k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in props.splitlines()) if k.strip()
+        )
+        assert parsed.get("web.submit.enable") == "false", (name, parsed)
+    assert flink_conf.get("web.submit.enable", False) is False
+
+
+def test_grafana_admin_password_comes_from_the_environment_without_a_default(services):
+    env = services["grafana"]["environment"]
+    assert re.fullmatch(r"\$\{GRAFANA_ADMIN_PASSWORD:\?[^}]+\}", env["GF_SECURITY_ADMIN_PASSWORD"]), env
+    assert "GF_SECURITY_ADMIN_USER" not in env or env["GF_SECURITY_ADMIN_USER"] != "admin"
+    assert str(env.get("GF_AUTH_ANONYMOUS_ORG_ROLE", "Viewer")) == "Viewer"  # anonymous users only look
+
+
+def _dockerignore(path: Path) -> list[tuple[bool, re.Pattern[str]]]:
+    """(exclude?, pattern) in order, as Docker reads a .dockerignore (last match wins)."""
+    rules = []
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        negate = line.startswith("!")
+        pattern = os.path.normpath(line.lstrip("!").strip()).lstrip("/")
+        regex = "".join(
+            ".*" if part == "**" else re.escape(part).replace(r"\*", "[^/]*").replace(r"\?", "[^/]")
+            for part in re.split(r"(\*\*)", pattern)
+        )
+        rules.append((not negate, re.compile(regex.replace(".*/", "(.*/)?") + "$")))
+    return rules
+
+
+def _excluded(rules: list[tuple[bool, re.Pattern[str]]], path: str) -> bool:
+    """A path is out of the context when it, or a folder above it, is excluded."""
+    parts = path.split("/")
+    out = False
+    for exclude, regex in rules:
+        if any(regex.match("/".join(parts[:n])) for n in range(1, len(parts) + 1)):
+            out = exclude
+    return out
+
+
+@pytest.mark.parametrize("ignore_file", [REPO / ".dockerignore", REPO / "deploy" / "flink" / "Dockerfile.dockerignore"])
+def test_the_build_context_leaves_out_data_caches_and_secrets(ignore_file: Path, services):
+    rules = _dockerignore(ignore_file)
+    for path in (
+        ".data/kafka/data/notifications.sms-0/00000000000000000000.log",  # one-time codes
+        ".data/senders/status.sqlite3",
+        ".cache/jars/kafka/kafka_2.13-4.1.1.jar",
+        ".venv/bin/python",
+        ".env",  # GRAFANA_ADMIN_PASSWORD
+        ".git/config",
+        "senders/__pycache__/x.cpython-311.pyc",
+    ):
+        assert _excluded(rules, path), f"{ignore_file.name} lets {path} into the image"
+    _, dockerfile = _dockerfile_path(services["jobmanager"])
+    for word, rest in _dockerfile_instructions(dockerfile):
+        if word == "COPY" and "from" not in _copy_args(rest)[0]:
+            for src in _copy_args(rest)[1][:-1]:
+                if src != ".":
+                    assert not _excluded(rules, src), f"{ignore_file.name} leaves out {src}, which the image needs"
+    for needed in ("pyproject.toml", "senders/runtime/worker.py", "jobs/dedup_job.py", "deploy/cluster.toml"):
+        assert not _excluded(rules, needed), needed
 
 
 def test_flink_ports_published(services):

@@ -159,8 +159,23 @@ def test_dashboard_queries_are_valid_promql(dashboard, tmp_path):
     _promtool("check", "rules", "queries.yml", cwd=tmp_path)
 
 
+SENDER_METRICS = re.compile(r"\bsender_[a-z_]+")
+
+
+def test_sender_rules_name_metrics_the_senders_export():
+    from senders.runtime import dispatch
+
+    groups = {g["name"]: g["rules"] for g in _yaml(PROMETHEUS / "alerts.yml")["groups"]}
+    exprs = [r["expr"] for r in groups["notify-senders"]]
+    names = {n for e in exprs for n in SENDER_METRICS.findall(e)}
+    assert names == {"sender_provider_rejecting"}
+    exported = Path(dispatch.__file__).read_text(encoding="utf-8")
+    assert all(f'"{n}"' in exported for n in names), names
+
+
 def test_metric_names_are_flink_prometheus_names(rules, dashboard):
-    exprs = [r["expr"] for r in rules] + [t["expr"] for _, t in _targets(dashboard)]
+    flink_rules = [r for g in _yaml(PROMETHEUS / "alerts.yml")["groups"] if g["name"] != "notify-senders" for r in g["rules"]]
+    exprs = [r["expr"] for r in flink_rules] + [t["expr"] for _, t in _targets(dashboard)]
     for expr in exprs:
         names = re.findall(r"\bflink_[A-Za-z0-9_:]+", expr)
         assert names, expr

@@ -3,6 +3,8 @@ messages to produce, and readers of what the workers wrote (read_committed, deco
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -20,6 +22,17 @@ from settings import Settings
 
 SettingsFactory = Callable[..., Settings]
 
+#: the two status stores: SQLite (the embedded default) and PostgreSQL (the shared one)
+STORES = ("sqlite", "postgresql")
+
+
+@pytest.fixture(params=STORES)
+def store_location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh status store location of each kind: a SQLite file, or a new PostgreSQL database."""
+    if request.param == "postgresql":
+        return str(request.getfixturevalue("postgres_dsn"))
+    return str(tmp_path / f"store-{uuid.uuid4().hex[:8]}.sqlite3")
+
 
 def fast_senders(tmp_path: Path, **overrides: object) -> dict[str, object]:
     """Test configuration: 1 s base backoff (retries at 1, 2, 4 s), 4 attempts, short timeouts."""
@@ -33,6 +46,8 @@ def fast_senders(tmp_path: Path, **overrides: object) -> dict[str, object]:
         "batch_size": 100,
         "poll_timeout_ms": 50,
         "lease_ms": 3000,
+        "http_timeout_ms": 1500,  # a send's deadline: the lease must exceed it by a second
+        "smtp_timeout_ms": 1500,
         "session_timeout_ms": 6000,
         "transaction_timeout_ms": 10000,
         "status_store": str(tmp_path / f"status-{run}.sqlite3"),
@@ -74,6 +89,27 @@ def senders_settings(
         return cfg
 
     return make
+
+
+def write_config(cfg: Settings, path: Path) -> Path:
+    """The test's settings as a TOML file, for ``dedupctl --config``."""
+    lines: list[str] = []
+    for section in ("kafka", "topics", "senders"):
+        lines.append(f"[{section}]")
+        part = getattr(cfg, section)
+        for name in (f.name for f in dataclasses.fields(part)):
+            value = getattr(part, name)
+            if value is None:
+                continue
+            if isinstance(value, bool):
+                lines.append(f"{name} = {str(value).lower()}")
+            elif isinstance(value, int | float):
+                lines.append(f"{name} = {value!r}")
+            else:
+                text = value.reveal() if hasattr(value, "reveal") else str(value)
+                lines.append(f"{name} = {json.dumps(text)}")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
 
 
 def channel_message(

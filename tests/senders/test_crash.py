@@ -1,4 +1,6 @@
-"""A worker process killed mid-batch (SIGKILL): nothing lost, nothing recorded as sent sent again."""
+"""Sender processes: one killed mid-batch (SIGKILL) loses nothing and resends nothing recorded as
+sent, on either store; two on one PostgreSQL store never send a message twice; a second one on a
+SQLite store is refused, saying why."""
 
 from __future__ import annotations
 
@@ -48,7 +50,9 @@ def _env(cfg: Settings) -> dict[str, str]:
     return env
 
 
-def _start(cfg: Settings, log: Path) -> subprocess.Popen[bytes]:
+def _start(cfg: Settings, log: Path, **senders: str) -> subprocess.Popen[bytes]:
+    env = _env(cfg)
+    env.update({f"DEDUP_SENDERS_{k.upper()}": v for k, v in senders.items()})
     with open(log, "ab") as out:
         return subprocess.Popen(
             [
@@ -65,17 +69,23 @@ def _start(cfg: Settings, log: Path) -> subprocess.Popen[bytes]:
                 "120",
             ],
             cwd=REPO_ROOT,
-            env=_env(cfg),
+            env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
         )
 
 
 def test_a_worker_killed_mid_batch_loses_nothing_and_resends_nothing_recorded(
-    senders_settings: SettingsFactory, kafka_bootstrap: str, http_provider: FakeHttpProvider, tmp_path: Path
+    senders_settings: SettingsFactory,
+    kafka_bootstrap: str,
+    http_provider: FakeHttpProvider,
+    tmp_path: Path,
+    store_location: str,
 ) -> None:
     n = 300
-    cfg = senders_settings(partitions=2, email_primary=http_provider.url, batch_size=50)
+    cfg = senders_settings(
+        partitions=2, email_primary=http_provider.url, batch_size=50, status_store=store_location
+    )
     produce_messages(
         kafka_bootstrap, cfg.topics.email, [channel_message(i, channel=Channel.EMAIL) for i in range(n)]
     )
@@ -123,3 +133,66 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_resends_nothing_recorded(
         if s["status"] == "sent"
     )
     assert set(sent_events) == keys and set(sent_events.values()) == {1}
+
+
+def test_two_processes_on_one_postgresql_store_never_send_a_message_twice(
+    senders_settings: SettingsFactory,
+    kafka_bootstrap: str,
+    http_provider: FakeHttpProvider,
+    tmp_path: Path,
+    postgres_dsn: str,
+) -> None:
+    n = 600
+    http_provider.delay_s = 0.02  # ~12 s of sending: the second process joins well before the end
+    cfg = senders_settings(partitions=4, email_primary=http_provider.url, batch_size=20, status_store=postgres_dsn)
+    produce_messages(
+        kafka_bootstrap, cfg.topics.email, [channel_message(i, channel=Channel.EMAIL) for i in range(n)]
+    )
+    store = open_status_store(cfg)
+    first = _start(cfg, tmp_path / "a.log", instance_id="proc-a")
+    second = None
+    try:
+        wait_until(lambda: len(http_provider.keys()) >= 40, 60, "the first process is sending", 0.01)
+        # the second joins mid-run: the group rebalances, uncommitted batches are read again
+        second = _start(cfg, tmp_path / "b.log", instance_id="proc-b")
+        wait_until(
+            lambda: sum(r.status is DeliveryStatus.SENT for r in store.rows()) == n,
+            90,
+            "both processes finish",
+            0.2,
+        )
+        for proc in (first, second):
+            proc.send_signal(signal.SIGTERM)
+        for proc, log in ((first, "a.log"), (second, "b.log")):
+            assert proc.wait(30) == 0, (tmp_path / log).read_text()[-3000:]
+    finally:
+        first.kill()
+        if second is not None:
+            second.kill()
+    sends = Counter(http_provider.keys())
+    assert set(sends) == {f"k{i}:email" for i in range(n)}
+    assert set(sends.values()) == {1}, {k: c for k, c in sends.items() if c > 1}
+    owners = Counter(r.owner.split(".")[-2] for r in store.rows() if r.owner)  # <group>.<instance>.<n>/<run>
+    assert set(owners) == {"proc-a", "proc-b"}, owners  # both took a share
+
+
+def test_a_second_process_on_one_sqlite_store_is_refused_saying_why(
+    senders_settings: SettingsFactory, kafka_bootstrap: str, http_provider: FakeHttpProvider, tmp_path: Path
+) -> None:
+    cfg = senders_settings(email_primary=http_provider.url)
+    produce_messages(kafka_bootstrap, cfg.topics.email, [channel_message(1, channel=Channel.EMAIL)])
+    first = _start(cfg, tmp_path / "a.log", instance_id="proc-a")
+    try:
+        wait_until(lambda: len(http_provider.keys()) >= 1, 60, "the first process runs")
+        second = _start(cfg, tmp_path / "b.log", instance_id="proc-b")
+        try:
+            assert second.wait(60) == 2
+        finally:
+            second.kill()
+        text = (tmp_path / "b.log").read_text()
+        assert "the SQLite status store serves one process" in text
+        assert "senders.status_store = postgresql://" in text
+        assert first.poll() is None  # the first one goes on
+    finally:
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(30) == 0

@@ -171,3 +171,117 @@ def test_no_window_ever_exceeds_burst_plus_rate(gaps: list[float], rate: float, 
     for i in range(len(uses)):
         for j in range(i, len(uses)):
             assert j - i + 1 <= burst + rate * (uses[j] - uses[i]) + 1e-6
+
+
+# -- delay topics ----------------------------------------------------------------------------------
+
+DELAYS = RetryPolicy(base_ms=1000, max_attempts=4, jitter_ratio=0.1, max_backoff_ms=4000)  # steps 1, 2, 4 s
+
+
+def test_a_retry_within_its_topics_step_is_held_until_due() -> None:
+    from senders.policy.delays import DelayAction, place_delayed
+
+    d = place_delayed(not_before_ms=11_050, written_ms=10_000, step_ms=1000, now_ms=10_010, policy=DELAYS)
+    assert (d.action, d.until_ms) == (DelayAction.HOLD, 11_050)
+    d = place_delayed(not_before_ms=11_050, written_ms=10_000, step_ms=1000, now_ms=11_050, policy=DELAYS)
+    assert d.action is DelayAction.DUE
+
+
+def test_a_retry_due_past_its_topics_step_holds_only_that_long_then_moves_on() -> None:
+    from senders.policy.delays import DelayAction, place_delayed
+
+    # written to the 1 s topic but due 3.5 s later: held until 1.1 s after it was written
+    d = place_delayed(not_before_ms=13_500, written_ms=10_000, step_ms=1000, now_ms=10_010, policy=DELAYS)
+    assert (d.action, d.until_ms) == (DelayAction.HOLD, 11_100)
+    d = place_delayed(not_before_ms=13_500, written_ms=10_000, step_ms=1000, now_ms=11_100, policy=DELAYS)
+    assert (d.action, d.step_ms, d.not_before_ms) == (DelayAction.MOVE, 2000, 13_500)
+
+
+def test_a_retry_due_in_2057_is_moved_with_its_due_time_cut_to_max_backoff() -> None:
+    from senders.policy.delays import DelayAction, place_delayed
+
+    d = place_delayed(not_before_ms=10**13, written_ms=0, step_ms=4000, now_ms=5000, policy=DELAYS)
+    assert (d.action, d.step_ms, d.not_before_ms) == (DelayAction.MOVE, 4000, 9000)
+    # where it lands it is held as one of that topic's own records: it moves no further
+    again = place_delayed(not_before_ms=9000, written_ms=5000, step_ms=4000, now_ms=5001, policy=DELAYS)
+    assert (again.action, again.until_ms) == (DelayAction.HOLD, 9000)
+
+
+@given(
+    wait=st.integers(0, 10**7),
+    written=st.integers(0, 10**6),
+    lag=st.integers(0, 10**6),
+)
+def test_no_record_holds_its_partition_past_its_topics_step(wait: int, written: int, lag: int) -> None:
+    from senders.policy.delays import DelayAction, place_delayed
+
+    step = DELAYS.step_for(wait)
+    now = written + lag
+    d = place_delayed(not_before_ms=written + wait, written_ms=written, step_ms=step, now_ms=now, policy=DELAYS)
+    if d.action is DelayAction.HOLD:
+        assert d.until_ms <= written + step * 1.1 + 1
+    if d.action is DelayAction.MOVE:
+        assert now < d.not_before_ms <= now + DELAYS.max_backoff_ms
+
+
+# -- restarts and identities -----------------------------------------------------------------------
+
+
+def test_restarts_back_off_doubling_and_a_healthy_run_resets_them() -> None:
+    from senders.policy.restarts import RestartPolicy
+
+    p = RestartPolicy(initial_ms=100, max_ms=1000)
+    assert [p.delay_ms(n) for n in (1, 2, 3, 4, 5, 60)] == [100, 200, 400, 800, 1000, 1000]
+    assert p.failures_after(4, ran_ms=50) == 5
+    assert p.failures_after(4, ran_ms=1000) == 1
+
+
+def test_three_fences_within_the_window_are_a_fencing_loop() -> None:
+    from senders.policy.restarts import FenceWatch, RestartPolicy
+
+    watch = FenceWatch(RestartPolicy(fences=3, fence_window_ms=1000))
+    assert not watch.fenced(0) and not watch.fenced(2000) and not watch.fenced(2500)  # a zombie now and then
+    assert watch.fenced(2900)  # three within a second: another live process
+
+
+def test_who_is_in_the_way_of_an_instance_id() -> None:
+    from senders.store.instances import ProcessEntry, in_the_way
+
+    other = ProcessEntry("i1", "h-other", "host-a", 42, heartbeat_ms=10_000)
+
+    def way(entries: list[ProcessEntry], *, instance_id: str = "i1", host: str = "host-a", now: int = 12_000,
+            exclusive: bool = False, alive: bool = True) -> ProcessEntry | None:
+        return in_the_way(entries, instance_id=instance_id, holder="me", host=host, now_ms=now, ttl_ms=5000,
+                          exclusive=exclusive, alive_here=lambda pid: alive)
+
+    assert way([other]) == other  # live, same id
+    assert way([other], alive=False) is None  # its pid is gone on this host
+    assert way([other], host="host-b", alive=False) == other  # another host: its heartbeat decides
+    assert way([other], now=15_001) is None  # lapsed
+    assert way([other], instance_id="i2") is None  # another id, on a shared store
+    assert way([other], instance_id="i2", exclusive=True) == other  # SQLite: one process
+
+
+def test_permanent_rejections_across_addresses_open_the_circuit_and_say_so() -> None:
+    b = CircuitBreaker(OPTS)
+    for n in range(3):
+        assert b.record(success=False, now_ms=0, rejected=f"a{n}") is None
+    assert b.record(success=False, now_ms=0, rejected="a3") is CircuitState.OPEN
+    assert b.rejecting  # the alert: messages to four addresses were rejected, not retried
+    assert b.use_primary(1000) and b.record(success=True, now_ms=1000) is CircuitState.CLOSED
+    assert not b.rejecting
+
+
+def test_one_address_rejected_again_and_again_says_nothing_of_the_provider() -> None:
+    b = CircuitBreaker(OPTS)
+    for _ in range(20):
+        b.record(success=False, now_ms=0, rejected="the-same-address")
+        b.record(success=True, now_ms=0)
+    assert b.state is CircuitState.CLOSED and not b.rejecting
+
+
+def test_transient_failures_open_the_circuit_without_the_rejection_alert() -> None:
+    b = CircuitBreaker(OPTS)
+    for _ in range(4):
+        b.record(success=False, now_ms=0)
+    assert b.state is CircuitState.OPEN and not b.rejecting

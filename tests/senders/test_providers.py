@@ -97,9 +97,9 @@ def test_a_refused_connection_is_transient() -> None:
 @pytest.mark.parametrize(
     ("to", "status", "deactivate"),
     [
-        ("bad-request", 400, True),
+        ("bad-request", 400, False),  # not an explicit "invalid recipient": the address stays
         ("gone", 410, True),
-        ("unprocessable", 422, True),
+        ("unprocessable", 422, False),
         ("too-big", 413, False),
     ],
 )

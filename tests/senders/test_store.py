@@ -1,9 +1,8 @@
-"""The SQLite status store and the per-record handler, without Kafka."""
+"""The status store (SQLite and a real PostgreSQL server) and the per-record handler, without Kafka."""
 
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -27,8 +26,8 @@ SENT = OutcomePlan(DeliveryStatus.SENT)
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> StatusStore:
-    return open_store(str(tmp_path / "s.sqlite3"), synchronous="NORMAL")
+def store(store_location: str) -> StatusStore:
+    return open_store(store_location, synchronous="NORMAL")
 
 
 def _claim(
@@ -101,8 +100,8 @@ def test_a_deactivated_address_is_remembered_by_hash(store: StatusStore) -> None
     assert not store.is_inactive(SMS, "+15550101")
 
 
-def test_concurrent_claims_let_exactly_one_through(tmp_path: Path) -> None:
-    path = str(tmp_path / "c.sqlite3")
+def test_concurrent_claims_let_exactly_one_through(store_location: str) -> None:
+    path = store_location
     open_store(path).close()
     results: list[ClaimAction] = []
     barrier = threading.Barrier(8)
@@ -146,7 +145,7 @@ def _handler(store: StatusStore, fake: FakeProvider, now: list[int]) -> Delivery
         topics=HandlerTopics(
             status="status", dlq="dlq", delay=lambda t, step: f"{t}.retry.{format_step(step)}"
         ),
-        lease_ms=1000,
+        lease_ms=5000,
         owner="w",
         metrics=metrics,
         clock_ms=lambda: now[0],
@@ -159,19 +158,19 @@ def test_a_transient_failure_becomes_a_retry_record_then_a_dead_letter(store: St
     now = [10_000]
     h = _handler(store, fake, now)
     raw = codec.encode("channel_message", channel_message(1))
-    first = h.handle(topic="sms", partition=0, offset=0, key=b"user-1", value=raw, delayed=False)
+    first = h.handle(topic="sms", partition=0, offset=0, key=b"user-1", value=raw)
     topics = [o.topic for o in first.outputs]
     assert topics == ["status", "status", "sms.retry.1s"]
     retry = codec.decode("delayed_delivery", first.outputs[2].value)
     assert (retry["attempt"], retry["not_before"], retry["payload"]) == (2, 11_000, raw)
     store.mark_published(first.published)
     early = h.handle(
-        topic="sms.retry.1s", partition=0, offset=0, key=b"user-1", value=first.outputs[2].value, delayed=True
+        topic="sms.retry.1s", partition=0, offset=0, key=b"user-1", value=first.outputs[2].value, delay_step_ms=1000
     )
     assert early.hold_until_ms == 11_000 and not early.outputs
     now[0] = 11_000
     second = h.handle(
-        topic="sms.retry.1s", partition=0, offset=0, key=b"user-1", value=first.outputs[2].value, delayed=True
+        topic="sms.retry.1s", partition=0, offset=0, key=b"user-1", value=first.outputs[2].value, delay_step_ms=1000
     )
     letter = codec.decode("dead_letter", second.outputs[-1].value)
     assert (letter["reason_kind"], letter["attempts"], letter["payload"]) == ("max_attempts", 2, raw)
@@ -182,9 +181,9 @@ def test_an_aborted_batch_is_republished_not_resent(store: StatusStore) -> None:
     fake = FakeProvider()
     h = _handler(store, fake, [10_000])
     raw = codec.encode("channel_message", channel_message(2))
-    first = h.handle(topic="sms", partition=0, offset=0, key=None, value=raw, delayed=False)
+    first = h.handle(topic="sms", partition=0, offset=0, key=None, value=raw)
     # the transaction that carried ``first.outputs`` aborted: the record comes again
-    again = h.handle(topic="sms", partition=0, offset=0, key=None, value=raw, delayed=False)
+    again = h.handle(topic="sms", partition=0, offset=0, key=None, value=raw)
     assert len(fake.received()) == 1
     sent = [codec.decode("delivery_status", o.value)["status"] for o in again.outputs]
     assert sent == ["sent"] and again.published == first.published
@@ -193,10 +192,10 @@ def test_an_aborted_batch_is_republished_not_resent(store: StatusStore) -> None:
 def test_undecodable_and_addressless_records_are_dead_lettered(store: StatusStore) -> None:
     fake = FakeProvider()
     h = _handler(store, fake, [10_000])
-    bad = h.handle(topic="sms", partition=1, offset=7, key=b"x", value=b"\x00garbage", delayed=False)
+    bad = h.handle(topic="sms", partition=1, offset=7, key=b"x", value=b"\x00garbage")
     assert codec.decode("dead_letter", bad.outputs[0].value)["reason_kind"] == "undecodable"
     nobody = codec.encode("channel_message", channel_message(3, user="user-unknown"))
-    out = h.handle(topic="sms", partition=0, offset=0, key=None, value=nobody, delayed=False)
+    out = h.handle(topic="sms", partition=0, offset=0, key=None, value=nobody)
     letter = codec.decode("dead_letter", out.outputs[-1].value)
     assert (letter["reason_kind"], letter["attempts"]) == ("no_address", 0)
     assert fake.received() == []

@@ -41,6 +41,7 @@ POLICY = RetryPolicy(base_ms=1000, max_attempts=3, jitter_ratio=0.0)
         (S.SENDING, S.SENDING),
         (S.SENT, S.DELIVERED),
         (S.SENT, S.FAILED),
+        (S.FAILED, S.QUEUED),  # a redrive
     ],
 )
 def test_allowed(old: DeliveryStatus | None, new: DeliveryStatus) -> None:
@@ -56,7 +57,6 @@ def test_allowed(old: DeliveryStatus | None, new: DeliveryStatus) -> None:
         (S.SENT, S.QUEUED),
         (S.FAILED, S.SENDING),
         (S.DELIVERED, S.SENT),
-        (S.FAILED, S.QUEUED),
         (None, S.SENT),
     ],
 )

@@ -61,3 +61,24 @@ def test_an_unconfigured_channel_or_unknown_provider_is_a_config_error() -> None
         build_dispatchers(
             load_settings(env={"DEDUP_SENDERS_SMS_PRIMARY": "carrier-pigeon"}), [Channel.SMS], Metrics()
         )
+
+
+def test_hardening_settings_load_and_bad_values_are_refused_at_start() -> None:
+    cfg = load_settings(
+        env={
+            "DEDUP_SENDERS_EMAIL_PRIMARY": "smtp",
+            "DEDUP_SENDERS_SMTP_IMPLICIT_TLS": "true",
+            "DEDUP_SENDERS_SMTP_PORT": "465",
+            "DEDUP_SENDERS_HTTP_CA_FILE": "/etc/ssl/certs/ca-certificates.crt",
+            "DEDUP_SENDERS_INSTANCE_TTL_MS": "9000",
+        }
+    )
+    s = cfg.senders
+    assert (s.smtp_implicit_tls, s.smtp_port, s.instance_ttl_ms) == (True, 465, 9000)
+    assert isinstance(build_dispatchers(cfg, [Channel.EMAIL], Metrics())[Channel.EMAIL].primary, SmtpProvider)
+    bad_rules = load_settings(env={"DEDUP_SENDERS_SMS_PRIMARY": "http://x/send", "DEDUP_SENDERS_HTTP_INVALID_RECIPIENT": "4o4"})
+    with pytest.raises(ConfigError, match="invalid-recipient rule '4o4'"):
+        build_dispatchers(bad_rules, [Channel.SMS], Metrics())
+    no_ca = load_settings(env={"DEDUP_SENDERS_SMS_PRIMARY": "https://x/send", "DEDUP_SENDERS_HTTP_CA_FILE": "/nonexistent.pem"})
+    with pytest.raises(ConfigError, match="cannot load the CA file"):
+        build_dispatchers(no_ca, [Channel.SMS], Metrics())

@@ -1,0 +1,230 @@
+"""The status store's connection: SQLite or PostgreSQL, one transaction per call, reconnecting.
+
+A connection that fails (PostgreSQL gone, SQLite locked past its busy timeout) raises
+``StoreUnavailableError``; the next transaction connects again, so a worker that backs off and
+retries needs no new store object.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from senders.errors import StatusStoreError, StoreUnavailableError
+
+logger = logging.getLogger(__name__)
+
+SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS delivery_status (
+        message_key TEXT PRIMARY KEY,
+        notification_id TEXT NOT NULL,
+        channel TEXT NOT NULL,
+        lane TEXT NOT NULL,
+        status TEXT NOT NULL,
+        attempts INTEGER NOT NULL,
+        provider TEXT,
+        last_error TEXT,
+        dead_letter TEXT,
+        retry_at_ms BIGINT,
+        lease_until_ms BIGINT NOT NULL DEFAULT 0,
+        owner TEXT,
+        unpublished INTEGER NOT NULL DEFAULT 0,
+        created_ms BIGINT NOT NULL,
+        updated_ms BIGINT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS inactive_address (
+        channel TEXT NOT NULL,
+        address_hash TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        since_ms BIGINT NOT NULL,
+        PRIMARY KEY (channel, address_hash)
+    )""",
+    # one row per dead letter redriven (its position in the dead-letter topic): each only once
+    """CREATE TABLE IF NOT EXISTS redriven_letter (
+        dlq_topic TEXT NOT NULL,
+        dlq_partition INTEGER NOT NULL,
+        dlq_offset BIGINT NOT NULL,
+        message_key TEXT NOT NULL,
+        produced INTEGER NOT NULL DEFAULT 0,
+        at_ms BIGINT NOT NULL,
+        PRIMARY KEY (dlq_topic, dlq_partition, dlq_offset)
+    )""",
+    # the live `senders run` processes, so that two never share an instance id
+    """CREATE TABLE IF NOT EXISTS sender_process (
+        instance_id TEXT PRIMARY KEY,
+        holder TEXT NOT NULL,
+        host TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        heartbeat_ms BIGINT NOT NULL
+    )""",
+)
+
+#: serialises concurrent CREATE TABLE IF NOT EXISTS on PostgreSQL (which may otherwise collide)
+_SCHEMA_LOCK = 7_262_013
+
+
+class Database:
+    """One connection (opened on first use and again after a failure) and its SQL dialect."""
+
+    def __init__(
+        self,
+        connect: Callable[[], Any],
+        *,
+        dialect: str,
+        transient: tuple[type[BaseException], ...],
+        where: str,
+    ) -> None:
+        self.dialect = dialect
+        self.where = where  # for messages: a path, or host/database (never a password)
+        self._connect = connect
+        self._transient = transient
+        self._conn: Any = None
+        self._lock_suffix = " FOR UPDATE" if dialect == "postgresql" else ""
+
+    @property
+    def for_update(self) -> str:
+        return self._lock_suffix
+
+    def sql(self, text: str) -> str:
+        return text.replace("?", "%s") if self.dialect == "postgresql" else text
+
+    def exec(self, cur: Any, text: str, params: Iterable[Any] = ()) -> Any:
+        cur.execute(self.sql(text), tuple(params))
+        return cur
+
+    def _connection(self) -> Any:
+        if self._conn is None:
+            try:
+                conn = self._connect()
+            except self._transient as exc:
+                raise StoreUnavailableError(f"status store {self.where} unavailable: {exc}") from None
+            self._conn = conn
+            try:
+                self._create_schema()
+            except BaseException:
+                self._drop()
+                raise
+        return self._conn
+
+    def _create_schema(self) -> None:
+        with self.tx() as cur:
+            if self.dialect == "postgresql":
+                cur.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+            for ddl in SCHEMA:
+                cur.execute(ddl)
+
+    @contextmanager
+    def tx(self, write: bool = True) -> Iterator[Any]:
+        """One transaction; SQLite writers take the write lock first (BEGIN IMMEDIATE), so what
+        they read cannot change under them."""
+        conn = self._connection()
+        cur = conn.cursor()
+        try:
+            if self.dialect == "sqlite":
+                cur.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            yield cur
+            conn.commit() if self.dialect == "postgresql" else cur.execute("COMMIT")
+        except self._transient as exc:
+            self._rollback_or_drop()
+            raise StoreUnavailableError(f"status store {self.where} unavailable: {exc}") from None
+        except BaseException:
+            self._rollback_or_drop()
+            raise
+        finally:
+            try:
+                cur.close()
+            except Exception:  # noqa: BLE001 - the connection is gone already
+                pass
+
+    def _rollback_or_drop(self) -> None:
+        if self._conn is None:
+            return
+        try:
+            self._conn.rollback()
+        except Exception:  # noqa: BLE001 - a broken connection: open a new one next time
+            self._drop()
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection
+                logger.debug("closing the status store connection failed", exc_info=True)
+
+    def close(self) -> None:
+        self._drop()
+
+
+def _postgres(location: str, password: str | None, connect_timeout_s: int) -> Database:
+    try:
+        import psycopg
+    except ImportError:
+        raise StatusStoreError(
+            "a postgresql:// status store needs psycopg (pip install '.[postgres]')"
+        ) from None
+    parts = urlsplit(location)
+    where = f"postgresql://{parts.hostname or 'localhost'}:{parts.port or 5432}{parts.path}"
+
+    def connect() -> Any:
+        extra: dict[str, Any] = {"connect_timeout": connect_timeout_s, "application_name": "notify-senders"}
+        if password:
+            extra["password"] = password
+        return psycopg.connect(location, **extra)
+
+    return Database(connect, dialect="postgresql", transient=(psycopg.OperationalError,), where=where)
+
+
+def _sqlite(location: str, synchronous: str, busy_timeout_ms: int) -> Database:
+    # sqlite:///relative.db or sqlite:////absolute/path.db, as SQLAlchemy spells them
+    path = Path(location[len("sqlite:///") :] if location.startswith("sqlite:///") else location)
+    mode = synchronous.upper()
+    if mode not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+        raise StatusStoreError(f"unknown sqlite synchronous mode {synchronous!r}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def connect() -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            str(path), timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False
+        )
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={mode}")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    return Database(connect, dialect="sqlite", transient=(sqlite3.OperationalError,), where=str(path))
+
+
+def open_database(
+    location: str,
+    *,
+    synchronous: str = "FULL",
+    password: str | None = None,
+    busy_timeout_ms: int = 30_000,
+    connect_timeout_s: int = 10,
+) -> Database:
+    """``location``: a ``postgresql://`` DSN, ``sqlite:///path``, or a file path. Connects at
+    once, so that a wrong location is reported at start."""
+    if location.startswith(("postgresql://", "postgres://")):
+        db = _postgres(location, password, connect_timeout_s)
+    else:
+        db = _sqlite(location, synchronous, busy_timeout_ms)
+    try:
+        db._connection()
+    except StoreUnavailableError as exc:
+        raise StatusStoreError(f"cannot open the status store: {exc}") from None
+    return db
+
+
+def is_shared(db: Database) -> bool:
+    """Whether processes on several hosts can share this store (SQLite is one file on one host)."""
+    return db.dialect == "postgresql"
+
