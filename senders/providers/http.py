@@ -9,11 +9,12 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from pydantic import SecretStr
+
 from operators.records import Channel
 from senders.errors import ProviderPermanentError, ProviderRetryableError
 from senders.providers.base import Provider
 from senders.runtime.metrics import Metrics
-from settings import Secret
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
@@ -69,7 +70,7 @@ class HttpProvider(Provider):
         name: str,
         url: str,
         timeout_s: float,
-        token: Secret | None = None,
+        token: SecretStr | None = None,
         transport: Transport = urllib_transport,
         metrics: Metrics | None = None,
     ) -> None:
@@ -93,7 +94,7 @@ class HttpProvider(Provider):
         ).encode("utf-8")
         headers = {"Content-Type": "application/json", IDEMPOTENCY_HEADER: message_key}
         if self._token:
-            headers["Authorization"] = f"Bearer {self._token.reveal()}"
+            headers["Authorization"] = f"Bearer {self._token.get_secret_value()}"
         request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
         try:
             reply = self._transport(request, self.timeout_s)

@@ -7,11 +7,12 @@ import smtplib
 from collections.abc import Callable, Mapping
 from email.message import EmailMessage
 
+from pydantic import SecretStr
+
 from operators.records import Channel
 from senders.errors import ProviderPermanentError, ProviderRetryableError
 from senders.providers.base import Provider
 from senders.runtime.metrics import Metrics
-from settings import Secret
 
 #: server replies that mean our login is wrong: retried (it is ours to fix), address kept
 AUTH_CODES = frozenset({530, 534, 535, 538})
@@ -53,7 +54,7 @@ class SmtpProvider(Provider):
         timeout_s: float,
         starttls: bool = False,
         username: str | None = None,
-        password: Secret | None = None,
+        password: SecretStr | None = None,
         smtp_factory: Callable[..., smtplib.SMTP] = smtplib.SMTP,
         renderer: Renderer = render_plain,
         metrics: Metrics | None = None,
@@ -85,7 +86,7 @@ class SmtpProvider(Provider):
                 if self._starttls:
                     smtp.starttls()
                 if self._username:
-                    smtp.login(self._username, self._password.reveal() if self._password else "")
+                    smtp.login(self._username, self._password.get_secret_value() if self._password else "")
                 smtp.send_message(msg)
         except smtplib.SMTPRecipientsRefused as exc:
             code, text = next(iter(exc.recipients.values()))

@@ -63,7 +63,7 @@ def store_location(cfg: Settings) -> str:
 
 
 def open_status_store(cfg: Settings) -> StatusStore:
-    password = cfg.senders.status_store_password.reveal() if cfg.senders.status_store_password else None
+    password = cfg.senders.status_store_password.get_secret_value() if cfg.senders.status_store_password else None
     return open_store(store_location(cfg), synchronous=cfg.senders.sqlite_synchronous, password=password)
 
 
