@@ -5,6 +5,17 @@ from __future__ import annotations
 from settings.base import OptionalSecret, OptionalStr, Section
 
 
+def jaas_quoted(value: str) -> str:
+    """``value`` as a double-quoted JAAS option value.
+
+    Kafka's JAAS parser (``JaasConfig``, a ``StreamTokenizer``) reads backslash escapes inside
+    quotes and ends a quoted value at a quote or a line break: those are escaped, the backslash
+    first. ``;`` and ``=`` are plain characters inside quotes.
+    """
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+    return f'"{escaped}"'
+
+
 class KafkaSettings(Section):
     """Kafka connection and the local broker.
 
@@ -62,9 +73,9 @@ class KafkaSettings(Section):
                 if self.sasl_mechanism == "PLAIN"
                 else "org.apache.kafka.common.security.scram.ScramLoginModule"
             )
-            user = self.sasl_username or ""
-            secret = self.sasl_password.get_secret_value() if self.sasl_password else ""
-            props["sasl.jaas.config"] = f'{module} required username="{user}" password="{secret}";'
+            user = jaas_quoted(self.sasl_username or "")
+            secret = jaas_quoted(self.sasl_password.get_secret_value() if self.sasl_password else "")
+            props["sasl.jaas.config"] = f"{module} required username={user} password={secret};"
         if self.ssl_ca_location:
             props["ssl.truststore.type"] = "PEM"
             props["ssl.truststore.location"] = self.ssl_ca_location
