@@ -25,7 +25,7 @@ from harness.ports import free_port
 from operators.records import Channel, Priority
 from ops import kafka_io
 from ops.flink_rest import JobControlError, RestClient
-from settings import REPO_ROOT
+from settings import REPO_ROOT, load_settings
 
 EXACTLY_ONCE = "exactly-once"
 AT_LEAST_ONCE = "NOT exactly-once (auto-commit, no transactions)"
@@ -289,10 +289,12 @@ class DedupJobCluster(DedupJob):
     def start(self, ctx: Context) -> None:
         work = ctx.work / self.key
         work.mkdir(parents=True, exist_ok=True)
-        cluster = LocalCluster(work / "cluster", free_port(), free_port(), slots=1)
-        self.rest = cluster.rest
+        rest_port = free_port()
         config = work / "job.toml"
-        config.write_text(self.config(ctx, cluster.rest_port))
+        config.write_text(self.config(ctx, rest_port))
+        cluster = LocalCluster(work / "cluster", rest_port, free_port(), slots=1,
+                               settings=load_settings(config, env={}))
+        self.rest = cluster.rest
         cmd, env = cluster.foreground("jobmanager")
         self.procs = [Proc("jobmanager", cmd, work / "jobmanager.log", env)]
         cmd, env = cluster.foreground("taskmanager")

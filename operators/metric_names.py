@@ -18,3 +18,6 @@ DEDUP_COUNTERS = (
 DEDUP_LEVELS = ("keys_held", "bloom_keys_estimate", "bloom_bits", "bloom_fill_ratio_pct", "newest_event_time")
 #: counters of the route operator: invalid input (rejected where it was read, in the JVM)
 ROUTE_COUNTERS = ("invalid",)
+#: RocksDB's native metrics the job switches on (``state.backend.rocksdb.metrics.<property>``),
+#: reported per column family (state) of the dedup operator as ``<state>.rocksdb_<property>``
+ROCKSDB_PROPERTIES = ("estimate-num-keys", "estimate-live-data-size", "total-sst-files-size")

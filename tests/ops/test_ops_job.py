@@ -39,7 +39,7 @@ from ops.flink_rest import RestClient
 from ops.status import collect
 from ops.status_probe import Probe, rest_name
 from ops.status_view import fmt_time
-from settings import Settings
+from settings import Settings, flink_conf
 from tests.jobs.helpers import produce, wait_for_total
 from tests.ops import prometheus_names as prom
 from tests.ops.helpers import prefixed_topics, write_config
@@ -110,7 +110,8 @@ def prometheus_reporter_jar() -> str | None:
 
 
 def with_prometheus(flink_configuration, port: int, jar: str):  # type: ignore[no-untyped-def]
-    """The mini-cluster's configuration plus the reporter of flink-conf/config.yaml.
+    """The mini-cluster's configuration plus the reporter of flink-conf/config.yaml
+    (settings/flink_conf.py), on another port.
 
     The mini-cluster loads reporters from its classpath, not from plugins/: the jar goes into
     pipeline.jars, which PyFlink puts on the class loader the cluster starts with.
@@ -118,9 +119,8 @@ def with_prometheus(flink_configuration, port: int, jar: str):  # type: ignore[n
 
     def configure(cfg, resume_from=None):  # type: ignore[no-untyped-def]
         conf = flink_configuration(cfg, resume_from)
-        conf.set_string("metrics.reporter.prom.factory.class",
-                        "org.apache.flink.metrics.prometheus.PrometheusReporterFactory")
-        conf.set_string("metrics.reporter.prom.port", str(port))
+        for key, value in flink_conf.as_strings(flink_conf.prometheus_reporter(port)).items():
+            conf.set_string(key, value)
         jars = [j for j in conf.get_string("pipeline.jars", "").split(";") if j]
         conf.set_string("pipeline.jars", ";".join([*jars, Path(jar).as_uri()]))
         return conf
