@@ -38,13 +38,12 @@ from pyflink.java_gateway import get_gateway
 
 from jobs.dedup_function import BATCH_TYPE, VERDICTS_TYPE, DedupShard
 from operators.dedup import DedupOptions
-from operators.metric_names import DEDUP_OPERATOR, ROUTE_OPERATOR
+from operators.metric_names import DEDUP_OPERATOR, JOB_NAME, ROUTE_OPERATOR
 from settings import REPO_ROOT, Settings, flink_conf, load_settings
 
 logger = logging.getLogger(__name__)
 
 JARS_DIR = REPO_ROOT / ".cache" / "jars" / "flink"
-JOB_NAME = "notify-dedup"
 #: stable operator ids: savepoints map state by these; never change them
 UID_SOURCE = "requests-source"
 UID_CARRY = "carry-watermark"

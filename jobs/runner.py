@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from operators.metric_names import JOB_NAME
 from ops.flink_rest import JobControlError
 from settings import Settings
 
@@ -41,7 +42,7 @@ def resolve_resume(resume: str | None, cfg: Settings) -> str | None:
 
 def run_job(cfg: Settings, resume_from: str | None = None, detached: bool = False) -> Any:
     """Build the job and execute it; blocks until it ends unless ``detached`` (then: JobClient)."""
-    from jobs.dedup_job import JOB_NAME, build_pipeline, create_environment
+    from jobs.dedup_job import build_pipeline, create_environment
 
     env = create_environment(cfg, resume_from)
     build_pipeline(env, cfg)

@@ -8,13 +8,14 @@ import sys
 import pytest
 
 from jobs import dedup_job
+from operators.metric_names import JOB_NAME
 from settings import Settings, flink_conf
 
 
 def test_on_the_mini_cluster_everything_it_needs() -> None:
     cfg = Settings().with_overrides(flink={"parallelism": 2, "rest_port": 18099})
     conf = dedup_job.flink_settings(cfg, "/ck/chk-7", on_cluster=False)
-    assert conf["pipeline.name"] == dedup_job.JOB_NAME
+    assert conf["pipeline.name"] == JOB_NAME
     assert conf["execution.state-recovery.path"] == "/ck/chk-7"
     assert (conf["rest.port"], conf["rest.address"], conf["taskmanager.numberOfTaskSlots"]) == ("18099", "127.0.0.1", "2")
     assert conf["python.executable"] == sys.executable and conf["python.execution-mode"] == "thread"
