@@ -31,7 +31,7 @@ import yaml
 
 from dedupctl import cli
 from harness.ports import free_port
-from operators import codec
+from operators import codec, metric_names
 from operators.contract import Topics
 from operators.records import Channel, NotificationRequest, Priority
 from ops import kafka_io
@@ -341,6 +341,22 @@ def test_dashboard_and_alert_metrics_are_exported_by_the_job(ops_run):
         unknown = prom.promql_label_values(expr, "operator_name") - operators
         missing += [f"{where}: operator_name={v!r}" for v in sorted(unknown)]
     assert not missing, "not exported by the job:\n" + "\n".join(missing)
+
+
+def test_every_metric_of_the_module_is_exported_by_its_operator(ops_run):
+    """operators/metric_names.py, which the dashboard and alert checks of tests/deploy trust,
+    against the running job: every name it lists is exported, by the operators it says."""
+    rest = RestClient(ops_run.rest_url)
+    names, _ = prom.exported_names(rest, ops_run.job_id)
+    by_operator = prom.operator_metric_names(rest, ops_run.job_id)
+    wrong = []
+    for name, operators in metric_names.prometheus_names().items():
+        if name not in names:
+            wrong.append(f"{name}: not exported")
+        elif operators and not operators <= by_operator.get(name, set()):
+            wrong.append(f"{name}: exported by {sorted(by_operator.get(name, ()))}, not {sorted(operators)}")
+    assert not wrong, "\n".join(wrong)
+    assert by_operator["flink_taskmanager_job_task_operator_invalid"] == {metric_names.ROUTE_OPERATOR}
 
 
 def test_rest_names_map_to_what_the_prometheus_reporter_exports(ops_run):
