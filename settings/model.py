@@ -46,6 +46,13 @@ class Settings(BaseSettings):
     senders: SendersSettings = Field(default_factory=SendersSettings)
     data_dir: str = ".data"
 
+    def __init__(self, **values: Any) -> None:
+        layers = current_layers()
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise config_error(exc, layers.where() if layers is not None else "the settings") from None
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -98,11 +105,8 @@ def load_settings(
     path = Path(named) if named else None
     if path is not None and not path.is_file():
         raise ConfigError(f"cannot read config file {path}: no such file")
-    where = str(path) if path is not None else "the environment"
     try:
         with layered(Layers(path, env)):
             return Settings()
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cannot read config file {path}: {exc}") from None
-    except ValidationError as exc:
-        raise config_error(exc, where) from None

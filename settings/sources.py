@@ -30,6 +30,10 @@ class Layers:
     file: Path | None
     env: Mapping[str, str]
 
+    def where(self) -> str:
+        """Where an unknown section can come from, for the error."""
+        return str(self.file) if self.file is not None else "the environment"
+
     def sources(self, settings_cls: type[BaseSettings]) -> tuple[PydanticBaseSettingsSource, ...]:
         """Highest priority first: the environment, then the file."""
         env = EnvironmentSource(settings_cls, self.env)

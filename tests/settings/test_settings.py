@@ -454,6 +454,15 @@ def test_a_topic_role_outside_the_contract_or_an_empty_name_is_a_config_error(tm
     assert load_settings(env={"DEDUP_TOPICS_PUSHY": "x", "DEDUP_TOPICS": "y"}).topics == Topics()
 
 
+def test_sections_built_in_code_are_validated_too() -> None:
+    with pytest.raises(ConfigError, match=r"kafka\.partitions: "):
+        Settings(kafka={"partitions": "many"})
+    with pytest.raises(ConfigError, match=r"unknown setting\(s\) in \[flink\]: paralelism"):
+        Settings(flink={"paralelism": 2})
+    with pytest.raises(ConfigError, match=r"unknown section\(s\) in the settings: kafak"):
+        Settings(kafak={})
+
+
 def test_settings_are_frozen_and_copies_are_validated() -> None:
     cfg = Settings()
     for assign in (lambda: setattr(cfg, "data_dir", "x"), lambda: setattr(cfg.kafka, "partitions", 9)):
