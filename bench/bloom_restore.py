@@ -24,32 +24,42 @@ from harness.ports import free_port
 from harness.streamgen import StreamSpec, generate
 from jobs.runner import run_job
 from operators.contract import Topics
+from operators.metric_names import (
+    ACCEPTED,
+    BLOOM_BITS,
+    BLOOM_FALSE_POSITIVES,
+    DEDUP_OPERATOR,
+    DUPLICATES,
+    KEYS_HELD,
+    LATE,
+    STATE_READS,
+    STATE_READS_SKIPPED,
+)
 from ops import kafka_io
 from ops.flink_rest import RestClient
 from settings import Settings
 
-NAMES = ["accepted", "duplicates", "late", "state_reads", "state_reads_skipped", "bloom_false_positives",
-         "keys_held", "bloom_bits"]
+NAMES = [ACCEPTED, DUPLICATES, LATE, STATE_READS, STATE_READS_SKIPPED, BLOOM_FALSE_POSITIVES, KEYS_HELD, BLOOM_BITS]
 
 
 def figures(m: dict[str, float]) -> dict[str, float]:
-    absent = m["state_reads_skipped"] + m["bloom_false_positives"]  # lookups of keys not in state
+    absent = m[STATE_READS_SKIPPED] + m[BLOOM_FALSE_POSITIVES]  # lookups of keys not in state
     return {
         **m,
-        "skip_share_of_new_keys": m["state_reads_skipped"] / absent if absent else 0.0,
-        "false_positive_rate": m["bloom_false_positives"] / absent if absent else 0.0,
-        "bloom_bits_per_key_held": m["bloom_bits"] / m["keys_held"] if m["keys_held"] else 0.0,
+        "skip_share_of_new_keys": m[STATE_READS_SKIPPED] / absent if absent else 0.0,
+        "false_positive_rate": m[BLOOM_FALSE_POSITIVES] / absent if absent else 0.0,
+        "bloom_bits_per_key_held": m[BLOOM_BITS] / m[KEYS_HELD] if m[KEYS_HELD] else 0.0,
     }
 
 
 def settle(rest: RestClient, job_id: str, total: int, timeout_s: float) -> dict[str, float]:
     deadline = time.monotonic() + timeout_s
-    m = rest.operator_metrics(job_id, "dedup", NAMES)
-    while m["accepted"] + m["duplicates"] + m["late"] < total and time.monotonic() < deadline:
+    m = rest.operator_metrics(job_id, DEDUP_OPERATOR, NAMES)
+    while m[ACCEPTED] + m[DUPLICATES] + m[LATE] < total and time.monotonic() < deadline:
         time.sleep(2)
-        m = rest.operator_metrics(job_id, "dedup", NAMES)
+        m = rest.operator_metrics(job_id, DEDUP_OPERATOR, NAMES)
     time.sleep(11)  # one more metric-fetcher refresh, for the gauges
-    return rest.operator_metrics(job_id, "dedup", NAMES)
+    return rest.operator_metrics(job_id, DEDUP_OPERATOR, NAMES)
 
 
 def main() -> None:

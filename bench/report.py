@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from operators.metric_names import KEYS_HELD
+
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 #: issue 6: at least 50,000 requests/s sustained, exactly-once, at parallelism 2
 TARGET_RPS = 50_000
@@ -97,7 +99,7 @@ def markdown(results: dict[str, Any]) -> str:
             cp = sm.get("checkpoints", {})
             match = _get(r, "state", "keys_held_matches_model")
             model = f" (**model: {_get(r, 'state', 'keys'):,}**)"
-            held = _num(_get(sm, "dedup_metrics", "keys_held")) + (
+            held = _num(_get(sm, "dedup_metrics", KEYS_HELD)) + (
                 "" if match is None else " (= model)" if match else model)
             lines.append(
                 f"| {r['title']} | {held} "

@@ -51,6 +51,7 @@ from bench.measure import (
 from bench.systems import ALL, QUICK, Context, System, ensure_redis_server, make
 from harness.local_kafka import LocalBroker
 from harness.ports import free_port
+from operators.metric_names import KEYS_HELD
 from ops import kafka_io
 from settings import REPO_ROOT
 
@@ -260,7 +261,7 @@ def state_summary(r: dict[str, Any], after: dict[str, Any], keys_expected: int,
     cp = sm.get("checkpoints") or {}
     if size is None and cp.get("latest_state_size"):
         size, source = cp["latest_state_size"], "latest completed checkpoint (full size)"
-    keys_held = (sm.get("dedup_metrics") or {}).get("keys_held")
+    keys_held = (sm.get("dedup_metrics") or {}).get(KEYS_HELD)
     out = {"bytes": size, "source": source, "keys": keys_expected,
            "bytes_per_key": size / keys_expected if size and keys_expected else None}
     if keys_held is not None:

@@ -22,10 +22,25 @@ from bench.measure import Parser, avro_parser, json_parser
 from bench.peers.common import prefixed_topics
 from harness.cluster import LocalCluster
 from harness.ports import free_port
+from operators.metric_names import (
+    ACCEPTED,
+    BLOOM_BITS,
+    BLOOM_FALSE_POSITIVES,
+    BLOOM_FILL_RATIO_PCT,
+    BLOOM_KEYS_ESTIMATE,
+    DEDUP_COUNTERS,
+    DEDUP_OPERATOR,
+    DUPLICATES,
+    KEYS_HELD,
+    LATE,
+    NUM_RESTARTS,
+    STATE_READS,
+    STATE_READS_SKIPPED,
+)
 from operators.records import Channel, Priority
 from ops import kafka_io
 from ops.flink_rest import JobControlError, RestClient
-from settings import REPO_ROOT
+from settings import REPO_ROOT, load_settings
 
 EXACTLY_ONCE = "exactly-once"
 AT_LEAST_ONCE = "NOT exactly-once (auto-commit, no transactions)"
@@ -171,7 +186,7 @@ class FlinkSystem(System):
             return {}
         try:
             cps = self.rest.call("GET", f"/jobs/{self.job_id}/checkpoints")
-            restarts = self.rest.call("GET", f"/jobs/{self.job_id}/metrics?get=numRestarts")
+            restarts = self.rest.call("GET", f"/jobs/{self.job_id}/metrics?get={NUM_RESTARTS}")
         except JobControlError as exc:
             return {"error": str(exc)}
         latest = (cps.get("latest") or {}).get("completed") or {}
@@ -185,7 +200,7 @@ class FlinkSystem(System):
             "duration_ms_avg": e2e.get("avg"),
             "duration_ms_max": e2e.get("max"),
             "latest_failure": (failed.get("failure_message") or "")[:300] or None,
-            "restarts": next((float(m["value"]) for m in restarts or [] if m.get("id") == "numRestarts"),
+            "restarts": next((float(m["value"]) for m in restarts or [] if m.get("id") == NUM_RESTARTS),
                              None),
         }
 
@@ -205,9 +220,7 @@ class FlinkSystem(System):
 class DedupJob(FlinkSystem):
     """This job: ``python -m dedupctl.cli --config FILE run --parallelism N``."""
 
-    METRICS = ("accepted", "duplicates", "late", "state_reads", "state_reads_skipped",
-               "bloom_false_positives", "evicted", "keys_held", "bloom_bits", "bloom_keys_estimate",
-               "bloom_fill_ratio_pct")
+    METRICS = (*DEDUP_COUNTERS, KEYS_HELD, BLOOM_BITS, BLOOM_KEYS_ESTIMATE, BLOOM_FILL_RATIO_PCT)
 
     def __init__(self, parallelism: int) -> None:
         super().__init__(f"job-p{parallelism}", f"notify-dedup job, parallelism {parallelism}", EXACTLY_ONCE)
@@ -245,11 +258,11 @@ class DedupJob(FlinkSystem):
         deadline = time.monotonic() + 25
         while True:
             try:
-                m = self.rest.operator_metrics(self.job_id, "dedup", list(self.METRICS))
+                m = self.rest.operator_metrics(self.job_id, DEDUP_OPERATOR, list(self.METRICS))
             except JobControlError as exc:
                 out["dedup_metrics_error"] = str(exc)
                 return out
-            decided = m["accepted"] + m["duplicates"] + m["late"]
+            decided = m[ACCEPTED] + m[DUPLICATES] + m[LATE]
             if decided >= processed or time.monotonic() > deadline:
                 break
             if not any(m.values()) and time.monotonic() > deadline - 13:
@@ -258,12 +271,12 @@ class DedupJob(FlinkSystem):
         out["metrics_decided"] = decided
         out["dedup_metrics"] = m
         if not any(m.values()):
-            out["dedup_metrics_error"] = "no operator named 'dedup' reports these metrics"
+            out["dedup_metrics_error"] = f"no operator named {DEDUP_OPERATOR!r} reports these metrics"
             return out
-        reads, skipped, fps = m["state_reads"], m["state_reads_skipped"], m["bloom_false_positives"]
-        keys = m["keys_held"]
+        reads, skipped, fps = m[STATE_READS], m[STATE_READS_SKIPPED], m[BLOOM_FALSE_POSITIVES]
+        keys = m[KEYS_HELD]
         out["bloom"] = {
-            "bits_per_key": m["bloom_bits"] / keys if keys else None,
+            "bits_per_key": m[BLOOM_BITS] / keys if keys else None,
             "fp_rate": fps / (skipped + fps) if skipped + fps else None,
             "reads_skipped_share": skipped / (reads + skipped) if reads + skipped else None,
         }
@@ -289,10 +302,12 @@ class DedupJobCluster(DedupJob):
     def start(self, ctx: Context) -> None:
         work = ctx.work / self.key
         work.mkdir(parents=True, exist_ok=True)
-        cluster = LocalCluster(work / "cluster", free_port(), free_port(), slots=1)
-        self.rest = cluster.rest
+        rest_port = free_port()
         config = work / "job.toml"
-        config.write_text(self.config(ctx, cluster.rest_port))
+        config.write_text(self.config(ctx, rest_port))
+        cluster = LocalCluster(work / "cluster", rest_port, free_port(), slots=1,
+                               settings=load_settings(config, env={}))
+        self.rest = cluster.rest
         cmd, env = cluster.foreground("jobmanager")
         self.procs = [Proc("jobmanager", cmd, work / "jobmanager.log", env)]
         cmd, env = cluster.foreground("taskmanager")

@@ -8,7 +8,8 @@ import sys
 from typing import Any
 
 from ops.flink_rest import RestClient
-from ops.status import Probe, StatusReport, collect, watch
+from ops.status import StatusReport, collect, watch
+from ops.status_probe import Probe
 from ops.trace import parse_since, trace
 from settings import Settings
 

@@ -242,7 +242,7 @@ def run_chaos(plan: ChaosPlan, say: Callable[[str], None] = print, work: Path | 
     rest = RestClient(f"http://127.0.0.1:{rest_port}")
     job = JobProcess(config_file, work / "job.log")
     parallelism = plan.parallelism
-    cluster = LocalCluster(work / "flink", rest_port, free_port()) if plan.cluster else None
+    cluster = LocalCluster(work / "flink", rest_port, free_port(), settings=cfg) if plan.cluster else None
     if cluster is not None:
         cluster.start()
         act("standalone cluster started: a JobManager and a TaskManager, separate processes")

@@ -17,16 +17,14 @@ import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-
-import pyflink
 
 from operators.errors import DedupError
 from ops.flink_rest import RestClient
-from settings import REPO_ROOT
+from settings import REPO_ROOT, Settings, flink_conf
 
-FLINK_HOME = Path(pyflink.__file__).resolve().parent
+FLINK_HOME = flink_conf.pyflink_home()
 
 
 class ClusterError(DedupError):
@@ -38,12 +36,14 @@ class LocalCluster:
     """A JobManager and TaskManagers under ``home``, REST on ``rest_port``.
 
     :param slots: task slots of each TaskManager
+    :param settings: the job's settings, which its config.yaml states too (settings/flink_conf.py)
     """
 
     home: Path
     rest_port: int
     rpc_port: int
     slots: int = 2
+    settings: Settings = field(default_factory=Settings)
 
     @property
     def rest(self) -> RestClient:
@@ -82,32 +82,11 @@ class LocalCluster:
             src = FLINK_HOME / "conf" / name
             if src.exists():
                 (conf / name).write_text(src.read_text())
-        java_opts = ""
-        default = (FLINK_HOME / "conf" / "config.yaml").read_text()
-        match = re.search(r"^\s+all: (--add-exports.*)$", default, re.MULTILINE)
-        if match:
-            java_opts = match.group(1)
-        settings = {
-            "env.java.opts.all": java_opts,
-            "jobmanager.rpc.address": "127.0.0.1",
-            "jobmanager.rpc.port": self.rpc_port,
-            "jobmanager.bind-host": "127.0.0.1",
-            "taskmanager.bind-host": "127.0.0.1",
-            "taskmanager.host": "127.0.0.1",
-            "rest.address": "127.0.0.1",
-            "rest.bind-address": "127.0.0.1",
-            "rest.port": self.rest_port,
-            "jobmanager.memory.process.size": "1024m",
-            "taskmanager.memory.process.size": "1728m",
-            "taskmanager.numberOfTaskSlots": self.slots,
-            "python.execution-mode": "thread",
-            "python.executable": sys.executable,
-            "python.client.executable": sys.executable,
-            "state.backend.type": "rocksdb",
-            "heartbeat.timeout": 10000,
-            "heartbeat.interval": 2000,
-        }
-        (conf / "config.yaml").write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in settings.items()))
+        settings = flink_conf.standalone(
+            self.settings, rest_port=self.rest_port, rpc_port=self.rpc_port, slots=self.slots,
+            java_opts=flink_conf.distribution_java_opts(FLINK_HOME),
+        )
+        (conf / "config.yaml").write_text("".join(f"{k}: {flink_conf.yaml_scalar(v)}\n" for k, v in settings.items()))
         (conf / "workers").write_text("127.0.0.1\n")
         (conf / "masters").write_text(f"127.0.0.1:{self.rest_port}\n")
 

@@ -31,7 +31,18 @@ from pyflink.datastream.state import ListStateDescriptor, MapStateDescriptor, Va
 
 from operators.contract import Column, contract
 from operators.dedup import DedupOptions, ShardMemory, decide_batch, evict, rebuild_memory
-from operators.metric_names import DEDUP_COUNTERS, DEDUP_LEVELS
+from operators.metric_names import (
+    BLOOM_BITS,
+    BLOOM_FILL_RATIO_PCT,
+    BLOOM_KEYS_ESTIMATE,
+    BLOOM_SEGMENTS_STATE,
+    DEDUP_COUNTERS,
+    DEDUP_LEVELS,
+    ENTRIES_STATE,
+    EVICTED,
+    KEYS_HELD,
+    NEWEST_EVENT_TIME,
+)
 from operators.window import NO_WATERMARK, Accepted
 
 logger = logging.getLogger(__name__)
@@ -123,11 +134,11 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
 
     def open(self, runtime_context: RuntimeContext) -> None:
         ctx = runtime_context
-        self._entries = ctx.get_map_state(MapStateDescriptor("entries", Types.STRING(), _PICKLED))
+        self._entries = ctx.get_map_state(MapStateDescriptor(ENTRIES_STATE, Types.STRING(), _PICKLED))
         self._store = _Entries(self._entries)
         self._log_new = ctx.get_list_state(ListStateDescriptor("log_new", _PICKLED))
         self._log_old = ctx.get_list_state(ListStateDescriptor("log_old", _PICKLED))
-        self._bloom_segments = ctx.get_map_state(MapStateDescriptor("bloom_segments", Types.LONG(), _PICKLED))
+        self._bloom_segments = ctx.get_map_state(MapStateDescriptor(BLOOM_SEGMENTS_STATE, Types.LONG(), _PICKLED))
         self._meta = ctx.get_state(ValueStateDescriptor("meta", _PICKLED))
         self._floor_state = ctx.get_state(ValueStateDescriptor("watermark_floor", Types.LONG()))
         group = ctx.get_metrics_group()
@@ -160,7 +171,7 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
             self._log_new.clear()
             self._snapshot(memory)
         state = self._shards[shard] = _Shard(memory, NO_WATERMARK if floor is None else floor)
-        self._levels["keys_held"].add(memory.held)
+        self._levels[KEYS_HELD].add(memory.held)
         return state
 
     def _snapshot(self, memory: ShardMemory) -> None:
@@ -229,19 +240,19 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
         for name, n in counts.items():
             if n:
                 self._c[name].inc(n)
-        self._levels["keys_held"].add(fresh)
-        self._levels["newest_event_time"].set(self._newest_event_time)
+        self._levels[KEYS_HELD].add(fresh)
+        self._levels[NEWEST_EVENT_TIME].set(self._newest_event_time)
         self._since_levels += sum(counts.values())
         if self._since_levels >= LEVELS_EVERY and time.monotonic() - self._levels_at >= LEVELS_MIN_INTERVAL_S:
             self._report_levels()
 
     def _report_levels(self) -> None:
         blooms = [s.memory.bloom for s in self._shards.values()]
-        self._levels["bloom_keys_estimate"].set(int(sum(b.approx_items() for b in blooms)))
-        self._levels["bloom_bits"].set(sum(b.size_bits() for b in blooms))
+        self._levels[BLOOM_KEYS_ESTIMATE].set(int(sum(b.approx_items() for b in blooms)))
+        self._levels[BLOOM_BITS].set(sum(b.size_bits() for b in blooms))
         fill = sum(b.fill_ratio() for b in blooms) / len(blooms) if blooms else 0.0
-        self._levels["bloom_fill_ratio_pct"].set(int(100 * fill))
-        self._levels["newest_event_time"].set(self._newest_event_time)
+        self._levels[BLOOM_FILL_RATIO_PCT].set(int(100 * fill))
+        self._levels[NEWEST_EVENT_TIME].set(self._newest_event_time)
         self._since_levels = 0
         self._levels_at = time.monotonic()
 
@@ -263,9 +274,9 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
         for key in gone.evicted:
             self._entries.remove(key)
         if gone.evicted:
-            self._c["evicted"].inc(len(gone.evicted))
+            self._c[EVICTED].inc(len(gone.evicted))
             state.memory.held -= len(gone.evicted)
-            self._levels["keys_held"].add(-len(gone.evicted))
+            self._levels[KEYS_HELD].add(-len(gone.evicted))
         self._log_old.update(gone.survivors)
         self._log_new.clear()
         state.memory.bloom.expire(timestamp)

@@ -40,13 +40,12 @@ from pyflink.java_gateway import get_gateway
 
 from jobs.dedup_function import BATCH_TYPE, VERDICTS_TYPE, DedupShard
 from operators.dedup import DedupOptions
-from operators.metric_names import DEDUP_OPERATOR, ROUTE_OPERATOR
-from settings import REPO_ROOT, Settings, load_settings
+from operators.metric_names import DEDUP_OPERATOR, JOB_NAME, ROUTE_OPERATOR
+from settings import REPO_ROOT, Settings, flink_conf, load_settings
 
 logger = logging.getLogger(__name__)
 
 JARS_DIR = REPO_ROOT / ".cache" / "jars" / "flink"
-JOB_NAME = "notify-dedup"
 #: stable operator ids: savepoints map state by these; never change them
 UID_SOURCE = "requests-source"
 UID_CARRY = "carry-watermark"
@@ -63,45 +62,35 @@ def connector_jars() -> list[str]:
     return sorted(p.resolve().as_uri() for p in jars_dir.glob("*.jar")) if jars_dir.is_dir() else []
 
 
-def flink_configuration(cfg: Settings, resume_from: str | None = None) -> Configuration:
-    """Configuration of the local mini-cluster (a cluster's own config.yaml wins there)."""
-    f = cfg.flink
-    conf = Configuration()
-    settings = {
-        "state.backend.type": "rocksdb",
-        "state.backend.incremental": "true",
-        "execution.checkpointing.dir": f.checkpoint_uri(),
-        "execution.checkpointing.savepoint-dir": f.checkpoint_uri(),
-        "execution.checkpointing.interval": f"{f.checkpoint_interval_ms} ms",
-        "execution.checkpointing.timeout": f"{f.checkpoint_timeout_ms} ms",
-        "execution.checkpointing.mode": "EXACTLY_ONCE",
-        "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
-        "execution.checkpointing.num-retained": "3",
-        "restart-strategy.type": "fixed-delay",
-        "restart-strategy.fixed-delay.attempts": str(f.restart_attempts),
-        "restart-strategy.fixed-delay.delay": f"{f.restart_delay_ms} ms",
-        "parallelism.default": str(f.parallelism),
-        "pipeline.max-parallelism": str(f.max_parallelism),
-        "pipeline.name": JOB_NAME,
-        "python.execution-mode": f.execution_mode,
-        "python.executable": sys.executable,
-        "python.client.executable": sys.executable,
-        "python.fn-execution.bundle.size": str(f.bundle_size),
-        "python.fn-execution.bundle.time": str(f.bundle_time_ms),
-        "rest.port": str(f.rest_port),
-        "rest.address": "127.0.0.1",
-        "rest.bind-address": "127.0.0.1",
-        "state.backend.rocksdb.metrics.estimate-num-keys": "true",
-        "state.backend.rocksdb.metrics.estimate-live-data-size": "true",
-        "state.backend.rocksdb.metrics.total-sst-files-size": "true",
-        "taskmanager.numberOfTaskSlots": str(max(1, f.parallelism)),
-    }
+def submitted_by_cli() -> bool:
+    """True when the flink CLI runs this file (``flink run -py``): it hands PyFlink its gateway.
+    Otherwise PyFlink starts a JVM, and the job runs on a mini-cluster in it."""
+    return "PYFLINK_GATEWAY_PORT" in os.environ
+
+
+def flink_settings(cfg: Settings, resume_from: str | None = None, *, on_cluster: bool | None = None) -> dict[str, str]:
+    """What the job tells Flink (settings/flink_conf.py).
+
+    On the local mini-cluster: everything it needs (``flink_conf.mini_cluster``). Submitted to a
+    cluster (``on_cluster``, by default ``submitted_by_cli()``): only the job's own settings
+    (``flink_conf.job``), which Flink stacks over the cluster's config.yaml; the cluster's
+    addresses, slots and Python come from there and from ``flink run -m ... -pyexec ...``.
+    """
+    on_cluster = submitted_by_cli() if on_cluster is None else on_cluster
+    conf = flink_conf.job(cfg) if on_cluster else flink_conf.mini_cluster(cfg)
+    conf["pipeline.name"] = JOB_NAME
     jars = connector_jars()
     if jars:
-        settings["pipeline.jars"] = ";".join(jars)
+        conf["pipeline.jars"] = ";".join(jars)
     if resume_from:
-        settings["execution.state-recovery.path"] = resume_from
-    for key, value in settings.items():
+        conf["execution.state-recovery.path"] = resume_from
+    return flink_conf.as_strings(conf)
+
+
+def flink_configuration(cfg: Settings, resume_from: str | None = None) -> Configuration:
+    """``flink_settings`` as the Configuration the execution environment is created with."""
+    conf = Configuration()
+    for key, value in flink_settings(cfg, resume_from).items():
         conf.set_string(key, value)
     return conf
 

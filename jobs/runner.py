@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from operators.metric_names import JOB_NAME
 from ops.flink_rest import JobControlError
 from settings import Settings
 
@@ -183,7 +184,7 @@ class CheckpointLock:
 
 def run_job(cfg: Settings, resume_from: str | None = None, detached: bool = False) -> Any:
     """Check, build and execute the job; blocks until it ends unless ``detached`` (then: JobClient)."""
-    from jobs.dedup_job import JOB_NAME, build_pipeline, create_environment
+    from jobs.dedup_job import build_pipeline, create_environment
     from jobs.preflight import preflight
 
     if resume_from:

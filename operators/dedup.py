@@ -23,6 +23,7 @@ from typing import Protocol
 from operators.bloom import BloomConfig, SegmentedBloom
 from operators.contract import contract
 from operators.dedup_key import key_hash
+from operators.metric_names import DECISION_COUNTERS
 from operators.window import Accepted, LatePolicy, Verdict, WindowConfig, decide, expiry, is_late, window_ms
 
 ACCEPTED = contract().outcome("accepted")
@@ -130,7 +131,8 @@ class BatchResult:
     counts: dict[str, int]
 
 
-COUNTS = ("accepted", "duplicates", "late", "state_reads", "state_reads_skipped", "bloom_false_positives", "fresh")
+#: what a batch counts: the decision's metrics (operators/metric_names.py), and the keys new to state
+COUNTS = (*DECISION_COUNTERS, "fresh")
 
 
 def decide_batch(

@@ -18,25 +18,33 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from operators.metric_names import EMITTED
-from ops.status_probe import (
+from operators.metric_names import (
+    BACK_PRESSURED,
+    BLOOM_FALSE_POSITIVES,
+    BLOOM_FILL_RATIO_PCT,
+    BLOOM_KEYS_ESTIMATE,
+    CURRENT_INPUT_WATERMARK,
+    CURRENT_OUTPUT_WATERMARK,
     DEDUP_COUNTERS,
     DEDUP_OPERATOR,
+    EMITTED,
+    ENTRIES_STATE,
+    ESTIMATE_LIVE_DATA_SIZE,
+    ESTIMATE_NUM_KEYS,
+    KEYS_HELD,
+    NEWEST_EVENT_TIME,
+    OUTCOMES,
     ROUTE_COUNTERS,
     ROUTE_OPERATOR,
-    Agg,
-    Probe,
-    Reading,
-    Sample,
-    Vertex,
-    rest_name,
+    STATE_READS,
+    STATE_READS_SKIPPED,
+    TOPIC_GROUP,
+    TOTAL_SST_FILES_SIZE,
+    rocksdb_metric,
 )
+from ops.status_probe import Agg, Probe, Reading, Sample, Vertex, rest_name
 from settings import Settings
 
-#: the outcomes shown as rates
-RATE_NAMES = ("accepted", "duplicates", "late", "invalid")
-#: the column family of the dedup entries (MapStateDescriptor "entries")
-ENTRIES_STATE = "entries"
 #: PyFlink's own operators of key_by() (jobs built before the JVM sharded): noise in the table
 _INTERNAL_OPERATOR = re.compile(r"^(_.*|Map)$")
 #: Long.MIN_VALUE and Long.MAX_VALUE reach us as floats
@@ -131,13 +139,13 @@ def operator_rows(reading: Reading, newest_event_time: int | None, now: int) -> 
     rows = []
     s = reading.sample
     for v in reading.vertices:
-        bp = s.values.get((v.id, "backPressuredTimeMsPerSecond"))
+        bp = s.values.get((v.id, BACK_PRESSURED))
         for op_id, display in v.operators.items():
             if _INTERNAL_OPERATOR.match(display):
                 continue
-            agg = s.values.get((v.id, f"{op_id}.currentInputWatermark"))
+            agg = s.values.get((v.id, f"{op_id}.{CURRENT_INPUT_WATERMARK}"))
             if agg is None:
-                agg = s.values.get((v.id, f"{op_id}.currentOutputWatermark"))
+                agg = s.values.get((v.id, f"{op_id}.{CURRENT_OUTPUT_WATERMARK}"))
                 if agg is None:
                     continue
             wm, ended = _watermark(agg)
@@ -179,7 +187,7 @@ def _rocksdb_sum(reading: Reading, prop: str, state: str | None = None) -> int |
     found = [
         agg.sum for (_, mid), agg in reading.sample.values.items()
         if mid.startswith(f"{DEDUP_OPERATOR}.") and mid.endswith(f".rocksdb_{prop}")
-        and (state is None or mid == f"{DEDUP_OPERATOR}.{state}.rocksdb_{prop}")
+        and (state is None or mid == f"{DEDUP_OPERATOR}.{rocksdb_metric(state, prop)}")
     ]
     return int(sum(found)) if found else None
 
@@ -199,7 +207,7 @@ def emitted_per_topic(sample: Sample, cfg: Settings) -> dict[str, int]:
     the metric's (in their order), under the metric's own name otherwise."""
     found = {
         mid.split(".")[2]: int(agg.sum) for (_, mid), agg in sample.values.items()
-        if mid.startswith(f"{ROUTE_OPERATOR}.topic.") and mid.endswith(f".{EMITTED}")
+        if mid.startswith(f"{ROUTE_OPERATOR}.{TOPIC_GROUP}.") and mid.endswith(f".{EMITTED}")
     }
     out = {t: found.pop(rest_name(t)) for t in cfg.topics.outputs() if rest_name(t) in found}
     return out | dict(sorted(found.items()))
@@ -231,7 +239,7 @@ class RateTracker:
         if window_ms < self.min_window_ms:
             return False
         now_totals, then_totals = counter_totals(sample, self.vertices), counter_totals(base, self.vertices)
-        self.rates = {n: max(0, now_totals[n] - then_totals[n]) * 1000 / window_ms for n in RATE_NAMES}
+        self.rates = {n: max(0, now_totals[n] - then_totals[n]) * 1000 / window_ms for n in OUTCOMES}
         self.window_s = window_ms / 1000
         self._base = sample
         return True
@@ -242,12 +250,12 @@ def build_report(
 ) -> StatusReport:
     job, s, vs = reading.job, reading.sample, reading.vertices
     now = int(job.get("now") or time.time() * 1000)
-    newest = s.find(vs, f"{DEDUP_OPERATOR}.newest_event_time")
+    newest = s.find(vs, f"{DEDUP_OPERATOR}.{NEWEST_EVENT_TIME}")
     newest_event_time = int(newest.max) if newest and newest.max > 0 else None
     totals = counter_totals(s, vs)
-    lookups = totals["state_reads"] + totals["state_reads_skipped"]
-    absent = totals["bloom_false_positives"] + totals["state_reads_skipped"]
-    fill = s.find(vs, f"{DEDUP_OPERATOR}.bloom_fill_ratio_pct")
+    lookups = totals[STATE_READS] + totals[STATE_READS_SKIPPED]
+    absent = totals[BLOOM_FALSE_POSITIVES] + totals[STATE_READS_SKIPPED]
+    fill = s.find(vs, f"{DEDUP_OPERATOR}.{BLOOM_FILL_RATIO_PCT}")
     emitted = emitted_per_topic(s, cfg)
     start = job.get("start-time")
     return StatusReport(
@@ -262,19 +270,19 @@ def build_report(
         operators=tuple(operator_rows(reading, newest_event_time, now)),
         checkpoint=checkpoint_summary(reading.checkpoints, now),
         state_size=StateSummary(
-            keys_held=s.total(vs, f"{DEDUP_OPERATOR}.keys_held"),
-            rocksdb_estimated_keys=_rocksdb_sum(reading, "estimate-num-keys", ENTRIES_STATE),
-            rocksdb_live_data_bytes=_rocksdb_sum(reading, "estimate-live-data-size"),
-            rocksdb_sst_bytes=_rocksdb_sum(reading, "total-sst-files-size"),
-            bloom_keys_estimate=s.total(vs, f"{DEDUP_OPERATOR}.bloom_keys_estimate"),
+            keys_held=s.total(vs, f"{DEDUP_OPERATOR}.{KEYS_HELD}"),
+            rocksdb_estimated_keys=_rocksdb_sum(reading, ESTIMATE_NUM_KEYS, ENTRIES_STATE),
+            rocksdb_live_data_bytes=_rocksdb_sum(reading, ESTIMATE_LIVE_DATA_SIZE),
+            rocksdb_sst_bytes=_rocksdb_sum(reading, TOTAL_SST_FILES_SIZE),
+            bloom_keys_estimate=s.total(vs, f"{DEDUP_OPERATOR}.{BLOOM_KEYS_ESTIMATE}"),
             bloom_fill_ratio_pct=fill.max if fill else None,
         ),
         totals=totals,
         rates_per_s=dict(tracker.rates) if tracker and tracker.rates is not None else None,
         rate_window_s=tracker.window_s if tracker else None,
         bloom=BloomSummary(
-            skip_rate=_ratio(totals["state_reads_skipped"], lookups),
-            fp_rate=_ratio(totals["bloom_false_positives"], absent),
+            skip_rate=_ratio(totals[STATE_READS_SKIPPED], lookups),
+            fp_rate=_ratio(totals[BLOOM_FALSE_POSITIVES], absent),
             fp_rate_configured=cfg.dedup.bloom_fp_rate,
         ),
         emitted=emitted,

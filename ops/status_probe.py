@@ -18,10 +18,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from operators.metric_names import DEDUP_COUNTERS, DEDUP_LEVELS, DEDUP_OPERATOR, EMITTED, ROUTE_COUNTERS, ROUTE_OPERATOR
+from operators.metric_names import (
+    BACK_PRESSURED,
+    CURRENT_INPUT_WATERMARK,
+    CURRENT_OUTPUT_WATERMARK,
+    DEDUP_COUNTERS,
+    DEDUP_LEVELS,
+    DEDUP_OPERATOR,
+    EMITTED,
+    JOB_NAME,
+    NUM_RESTARTS,
+    ROUTE_COUNTERS,
+    ROUTE_OPERATOR,
+    TOPIC_GROUP,
+    UPTIME,
+)
 from ops.flink_rest import JobControlError, RestClient
 
-DEDUP_GAUGES = DEDUP_LEVELS
 _ACTIVE_STATES = ("RUNNING", "RESTARTING", "CREATED", "INITIALIZING", "RECONCILING")
 
 
@@ -96,14 +109,14 @@ class Reading:
 
 def _wanted(metric_id: str) -> bool:
     last = metric_id.rsplit(".", 1)[-1]
-    if last in ("currentInputWatermark", "currentOutputWatermark", "backPressuredTimeMsPerSecond"):
+    if last in (CURRENT_INPUT_WATERMARK, CURRENT_OUTPUT_WATERMARK, BACK_PRESSURED):
         return True
     if metric_id in {f"{ROUTE_OPERATOR}.{n}" for n in ROUTE_COUNTERS}:
         return True
     if last == EMITTED:
-        return metric_id.startswith(f"{ROUTE_OPERATOR}.topic.")
+        return metric_id.startswith(f"{ROUTE_OPERATOR}.{TOPIC_GROUP}.")
     return metric_id.startswith(f"{DEDUP_OPERATOR}.") and (
-        last in DEDUP_COUNTERS or last in DEDUP_GAUGES or last.startswith("rocksdb_")
+        last in DEDUP_COUNTERS or last in DEDUP_LEVELS or last.startswith("rocksdb_")
     )
 
 
@@ -137,8 +150,8 @@ class Probe:
             after = self._job_metrics()
             if before == after:
                 break
-        uptime = after.get("uptime")
-        restarts = after.get("numRestarts")
+        uptime = after.get(UPTIME)
+        restarts = after.get(NUM_RESTARTS)
         return Sample(uptime, int(restarts) if restarts is not None else None, values, time.monotonic())
 
     def _vertex(self, raw: Mapping[str, Any]) -> Vertex:
@@ -161,7 +174,7 @@ class Probe:
 
     def _job_metrics(self) -> dict[str, float]:
         try:
-            got = self.rest.call("GET", f"/jobs/{self.job_id()}/metrics?get=uptime,numRestarts") or []
+            got = self.rest.call("GET", f"/jobs/{self.job_id()}/metrics?get={UPTIME},{NUM_RESTARTS}") or []
         except JobControlError:
             return {}
         return {m["id"]: float(m["value"]) for m in got if _is_number(m.get("value"))}
@@ -181,7 +194,7 @@ def pick_job(jobs: Sequence[Mapping[str, Any]]) -> str:
         raise JobControlError("no job on this cluster")
     active = [j for j in jobs if j.get("state") in _ACTIVE_STATES]
     if len(active) > 1:
-        ours = [j for j in active if j.get("name") == "notify-dedup"]
+        ours = [j for j in active if j.get("name") == JOB_NAME]
         if len(ours) != 1:
             listed = ", ".join(f"{j['jid']} ({j.get('name')})" for j in active)
             raise JobControlError(f"{len(active)} jobs are running: {listed}; name one with --job")

@@ -13,16 +13,16 @@ rows it drops (``rn > 1`` is refused), so the duplicate notices come from an ove
 ``cnt > 1``: two keyed operators over one source scan. ``--variant over``: the over-aggregation
 alone gives both outputs (``cnt = 1`` accepted). Both: RocksDB state with
 ``table.exec.state.ttl`` = the default window (processing time), exactly-once Kafka sinks
-(transactions committed on checkpoint), JSON out.
+(transactions committed on checkpoint), JSON out; the mini-cluster configured as the job's
+(settings/flink_conf.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 
-from settings import REPO_ROOT
+from settings import REPO_ROOT, Settings, flink_conf
 
 CONNECTOR_JAR = REPO_ROOT / ".cache" / "jars" / "flink" / "flink-sql-connector-kafka-5.0.0-2.2.jar"
 
@@ -78,6 +78,21 @@ def statements(a: argparse.Namespace) -> tuple[list[str], list[str]]:
     return ddl, inserts
 
 
+def peer_settings(a: argparse.Namespace) -> dict[str, flink_conf.Value]:
+    """The job's mini-cluster settings (settings/flink_conf.py, without Python) for this peer's
+    checkpoints, parallelism and REST port, its connector and the state TTL of its SQL."""
+    cfg = Settings().with_overrides(flink={
+        "parallelism": a.parallelism, "checkpoint_dir": a.checkpoint_dir,
+        "checkpoint_interval_ms": a.checkpoint_ms, "rest_port": a.rest_port,
+        "restart_attempts": 3, "restart_delay_ms": 2000,
+    })
+    return flink_conf.mini_cluster(cfg, python=None) | {
+        "pipeline.jars": CONNECTOR_JAR.resolve().as_uri(),
+        "pipeline.name": f"bench-flink-sql-{a.variant}",
+        "table.exec.state.ttl": f"{a.state_ttl_ms} ms",
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bootstrap", required=True)
@@ -101,24 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     from pyflink.table import EnvironmentSettings, TableEnvironment
 
     conf = Configuration()
-    for key, value in {
-        "pipeline.jars": CONNECTOR_JAR.resolve().as_uri(),
-        "pipeline.name": f"bench-flink-sql-{a.variant}",
-        "parallelism.default": str(a.parallelism),
-        "taskmanager.numberOfTaskSlots": str(a.parallelism),
-        "state.backend.type": "rocksdb",
-        "state.backend.incremental": "true",
-        "execution.checkpointing.dir": Path(a.checkpoint_dir).resolve().as_uri(),
-        "execution.checkpointing.interval": f"{a.checkpoint_ms} ms",
-        "execution.checkpointing.mode": "EXACTLY_ONCE",
-        "table.exec.state.ttl": f"{a.state_ttl_ms} ms",
-        "restart-strategy.type": "fixed-delay",
-        "restart-strategy.fixed-delay.attempts": "3",
-        "restart-strategy.fixed-delay.delay": "2 s",
-        "rest.port": str(a.rest_port),
-        "rest.address": "127.0.0.1",
-        "rest.bind-address": "127.0.0.1",
-    }.items():
+    for key, value in flink_conf.as_strings(peer_settings(a)).items():
         conf.set_string(key, value)
     env = TableEnvironment.create(
         EnvironmentSettings.new_instance().in_streaming_mode().with_configuration(conf).build()

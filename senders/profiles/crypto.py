@@ -7,8 +7,9 @@ The lookup hash is HMAC-SHA256 over the channel and the normalized address (an e
 lower case), so "which user has +8801711000001" is one indexed query; without the lookup key the
 hash reveals nothing, and unlike a plain hash it cannot be reversed by hashing every phone number.
 
-Keys are secrets (``settings.Secret`` or anything with ``reveal()``), never in a repr, a log or an
-error message. Each is 32 random bytes in url-safe base64, as ``generate_key()`` makes them.
+Keys are secrets (pydantic's ``SecretStr``, as the settings hold them, or anything with
+``get_secret_value()``), never in a repr, a log or an error message. Each is 32 random bytes in
+url-safe base64, as ``generate_key()`` makes them.
 
 Rotating the encryption key:
 
@@ -44,9 +45,9 @@ from senders.profiles.model import ProfileError, normalize_address
 
 
 class SecretValue(Protocol):
-    """A secret string: ``settings.Secret`` and the like."""
+    """A secret string: pydantic's ``SecretStr`` and the like."""
 
-    def reveal(self) -> str: ...
+    def get_secret_value(self) -> str: ...
 
 
 class ContactDecryptError(ProfileError):
@@ -75,7 +76,7 @@ def generate_key() -> str:
 
 
 def _split(secret: SecretValue | None, what: str) -> list[str]:
-    keys = [k.strip() for k in secret.reveal().split(",")] if secret is not None else []
+    keys = [k.strip() for k in secret.get_secret_value().split(",")] if secret is not None else []
     keys = [k for k in keys if k]
     if not keys:
         raise ConfigError(f"no {what} configured for the contacts at rest")

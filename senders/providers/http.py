@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from urllib.parse import unquote, urlsplit
 
+from pydantic import SecretStr
+
 from operators.errors import ConfigError
 from operators.records import Channel
 from senders.errors import ProviderPermanentError, ProviderRetryableError
@@ -26,7 +28,6 @@ from senders.providers.base import Provider
 from senders.providers.deadline import deadline
 from senders.providers.tls import tls_context
 from senders.runtime.metrics import Metrics
-from settings import Secret
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 #: the most of a reply body read (for its ``id``); the rest is not needed
@@ -98,7 +99,7 @@ class HttpProvider(Provider):
         name: str,
         url: str,
         timeout_s: float,
-        token: Secret | None = None,
+        token: SecretStr | None = None,
         ca_file: str | None = None,
         invalid_recipient: RecipientRules | None = None,
         metrics: Metrics | None = None,
@@ -116,7 +117,7 @@ class HttpProvider(Provider):
         self._target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         self._token = token
         self._basic = (
-            Secret(base64.b64encode(f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()).decode())
+            SecretStr(base64.b64encode(f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()).decode())
             if parts.username
             else None
         )
@@ -163,9 +164,9 @@ class HttpProvider(Provider):
         ).encode("utf-8")
         headers = {"Content-Type": "application/json", IDEMPOTENCY_HEADER: message_key}
         if self._token:
-            headers["Authorization"] = f"Bearer {self._token.reveal()}"
+            headers["Authorization"] = f"Bearer {self._token.get_secret_value()}"
         elif self._basic is not None:
-            headers["Authorization"] = f"Basic {self._basic.reveal()}"
+            headers["Authorization"] = f"Basic {self._basic.get_secret_value()}"
         reply = self._post(body, headers)
         status = reply.status
         if 200 <= status < 300:

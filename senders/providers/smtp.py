@@ -9,6 +9,8 @@ import ssl
 from collections.abc import Callable, Mapping
 from email.message import EmailMessage
 
+from pydantic import SecretStr
+
 from operators.errors import ConfigError
 from operators.records import Channel
 from senders.errors import ProviderPermanentError, ProviderRetryableError
@@ -17,7 +19,6 @@ from senders.providers.base import Provider
 from senders.providers.deadline import deadline
 from senders.providers.tls import tls_context
 from senders.runtime.metrics import Metrics
-from settings import Secret
 
 #: server replies that mean our login is wrong: retried (it is ours to fix), address kept
 AUTH_CODES = frozenset({530, 534, 535, 538})
@@ -96,7 +97,7 @@ class SmtpProvider(Provider):
         implicit_tls: bool = False,
         ca_file: str | None = None,
         username: str | None = None,
-        password: Secret | None = None,
+        password: SecretStr | None = None,
         invalid_recipient: RecipientRules | None = None,
         renderer: Renderer = render_plain,
         metrics: Metrics | None = None,
@@ -176,7 +177,7 @@ class SmtpProvider(Provider):
             smtp.starttls(context=self._tls)
             smtp.ehlo()
         if self._username:
-            smtp.login(self._username, self._password.reveal() if self._password else "")
+            smtp.login(self._username, self._password.get_secret_value() if self._password else "")
         smtp.send_message(msg)
 
     @staticmethod

@@ -71,7 +71,7 @@ def store_location(cfg: Settings) -> str:
 
 def open_status_store(cfg: Settings) -> StatusStore:
     s = cfg.senders
-    password = s.status_store_password.reveal() if s.status_store_password else None
+    password = s.status_store_password.get_secret_value() if s.status_store_password else None
     return open_store(
         store_location(cfg),
         synchronous=s.sqlite_synchronous,

@@ -717,7 +717,7 @@ _FLINK_KEY_CHECK = textwrap.dedent(
         "org.apache.flink.configuration." + n for n in (
             "CheckpointingOptions", "StateBackendOptions", "StateRecoveryOptions", "RestartStrategyOptions",
             "JobManagerOptions", "TaskManagerOptions", "RestOptions", "BlobServerOptions", "CoreOptions",
-            "MetricOptions", "ExecutionOptions", "RpcOptions")
+            "MetricOptions", "ExecutionOptions", "RpcOptions", "PipelineOptions", "HeartbeatManagerOptions")
     ] + ["org.apache.flink.state.rocksdb.RocksDBNativeMetricOptions",
          "org.apache.flink.state.rocksdb.RocksDBOptions", "org.apache.flink.python.PythonOptions"]
     current, deprecated = set(), set()
@@ -740,12 +740,18 @@ _FLINK_KEY_CHECK = textwrap.dedent(
     reason="needs PyFlink and a Java runtime",
 )
 def test_flink_conf_keys_are_current_flink_options(flink_conf):
-    """Ask Flink 2.2 itself (its ConfigOption classes) whether each key exists.
+    """Ask Flink 2.2 itself (its ConfigOption classes) whether each key exists: of config.yaml,
+    and of every other environment settings/flink_conf.py configures (the job's mini-cluster,
+    the standalone cluster of the harness).
 
     Runs in a subprocess so that this JVM never shares state with the job's tests.
     Reporter keys (metrics.reporter.<name>.*) are per-plugin and checked above.
     """
-    keys = sorted(k for k in flink_conf if not k.startswith("metrics.reporter."))
+    from settings import Settings
+    from settings.flink_conf import mini_cluster, standalone
+
+    others = {**mini_cluster(Settings()), **standalone(Settings(), rest_port=1, rpc_port=2, slots=1, java_opts="")}
+    keys = sorted(k for k in {*flink_conf, *others} if not k.startswith("metrics.reporter."))
     proc = subprocess.run(
         [sys.executable, "-c", _FLINK_KEY_CHECK],
         input=json.dumps(keys),

@@ -3,8 +3,9 @@ unit tests) and deploy/grafana (datasource, dashboard provider, dashboard).
 
 ``promtool`` (Debian's ``prometheus`` package, or a Prometheus release) checks the config, the
 PromQL of every rule and dashboard query, and runs the rules' unit tests where it is installed.
-Whether every metric named here is one the job really exports is checked against a running
-job in tests/ops/test_ops_job.py.
+Every metric named here is one operators/metric_names.py defines, reported by the operator the
+query selects, and every metric it defines is shown or alerted on (or exempt, with the reason);
+that the job really exports them is checked against a running job in tests/ops/test_ops_job.py.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from operators.metric_names import JOB_NAME, SENDER_METRICS, prometheus_filter, prometheus_names
 
 REPO = Path(__file__).resolve().parents[2]
 PROMETHEUS = REPO / "deploy" / "prometheus"
@@ -36,6 +39,20 @@ DASHBOARD_SUBJECTS = {
     "Bloom skip rate": "state_reads_skipped",
 }
 FLINK_NAME = re.compile(r"^flink_(jobmanager_job|taskmanager_job_task|taskmanager_job_task_operator)_\w+$")
+
+#: a metric and its label matchers in PromQL (``name{a="b",c="d"}`` or a bare ``name``)
+SELECTOR = re.compile(r"\b((?:flink|sender|provider)_[A-Za-z0-9_:]+)\s*(?:\{([^}]*)\})?")
+EQUALS = re.compile(r'\b([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"([^"]*)"')
+OPERATOR = "flink_taskmanager_job_task_operator_"
+#: what operators/metric_names.py names that neither the dashboard nor an alert shows, and why
+NOT_MONITORED = {
+    f"{OPERATOR}bloom_bits": "the filters' size; the benchmark reports it per key held (bench/systems.py), the "
+    "dashboard shows the fill ratio, which is what sets the false-positive rate",
+    f"{OPERATOR}currentOutputWatermark": "the sources' watermark, in dedupctl status; the dashboard and the alerts "
+    "follow the dedup operator's input watermark",
+    f"{OPERATOR}bloom_segments_rocksdb_estimate_num_keys": "a handful of segments per shard: no signal",
+    f"{OPERATOR}bloom_segments_rocksdb_estimate_live_data_size": "the segments' SST files are shown",
+}
 
 needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 
@@ -159,7 +176,7 @@ def test_dashboard_queries_are_valid_promql(dashboard, tmp_path):
     _promtool("check", "rules", "queries.yml", cwd=tmp_path)
 
 
-SENDER_METRICS = re.compile(r"\bsender_[a-z_]+")
+SENDER_NAME = re.compile(r"\bsender_[a-z_]+")
 
 
 def test_sender_rules_name_metrics_the_senders_export():
@@ -167,8 +184,9 @@ def test_sender_rules_name_metrics_the_senders_export():
 
     groups = {g["name"]: g["rules"] for g in _yaml(PROMETHEUS / "alerts.yml")["groups"]}
     exprs = [r["expr"] for r in groups["notify-senders"]]
-    names = {n for e in exprs for n in SENDER_METRICS.findall(e)}
+    names = {n for e in exprs for n in SENDER_NAME.findall(e)}
     assert names == {"sender_provider_rejecting"}
+    assert names <= set(SENDER_METRICS)
     exported = Path(dispatch.__file__).read_text(encoding="utf-8")
     assert all(f'"{n}"' in exported for n in names), names
 
@@ -180,3 +198,67 @@ def test_metric_names_are_flink_prometheus_names(rules, dashboard):
         names = re.findall(r"\bflink_[A-Za-z0-9_:]+", expr)
         assert names, expr
         assert all(FLINK_NAME.match(n) for n in names), names
+
+
+# ------------------------------------------------------------ the names, against operators/metric_names.py
+
+
+def _expressions(rules: list[dict], dashboard: dict) -> list[tuple[str, str]]:
+    """(where, PromQL) of every alert, panel query, dashboard variable and alert unit-test series."""
+    exprs = [(f"alert {r['alert']}", r["expr"]) for r in rules]
+    exprs += [(f"panel {p['title']!r}", t["expr"]) for p, t in _targets(dashboard)]
+    exprs += [(f"variable {v['name']}", v["definition"]) for v in dashboard["templating"]["list"]]
+    for group in _yaml(PROMETHEUS / "alerts.test.yml")["tests"]:
+        exprs += [(f"alerts.test.yml series {s['series']}", s["series"]) for s in group.get("input_series", [])]
+    return exprs
+
+
+def _selectors(expr: str) -> list[tuple[str, dict[str, str]]]:
+    return [(name, dict(EQUALS.findall(labels or ""))) for name, labels in SELECTOR.findall(expr)]
+
+
+def test_every_metric_shown_or_alerted_on_is_one_the_module_names(rules, dashboard):
+    """Name, operator and job as operators/metric_names.py and the Prometheus reporter say them: a
+    metric of another operator (``invalid`` is the route operator's) never matches a series. The
+    sender workers' metrics (SENDER_METRICS) have no operator."""
+    known = {**prometheus_names(), **{name: frozenset() for name in SENDER_METRICS}}
+    job_label = prometheus_filter(JOB_NAME)
+    problems = []
+    for where, expr in _expressions(rules, dashboard):
+        found = _selectors(expr)
+        assert found, f"{where}: names no metric of the job or the senders: {expr}"
+        for name, labels in found:
+            if name not in known:
+                problems.append(f"{where}: {name} is not a metric of operators/metric_names.py")
+                continue
+            operator = labels.get("operator_name")
+            if known[name] and operator is None and not where.startswith("alerts.test.yml"):
+                problems.append(f"{where}: {name} without operator_name= (it is {sorted(known[name])}'s)")
+            if operator is not None and operator not in known[name]:
+                reporters = sorted(known[name]) or "no operator: a job or task metric"
+                problems.append(f"{where}: {name} is not reported by operator {operator!r} (by {reporters})")
+            if name.startswith("flink_") and labels.get("job_name", job_label) not in (job_label, "$job"):
+                problems.append(f"{where}: job_name={labels['job_name']!r}, the job reports as {job_label!r}")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_metric_the_module_names_is_shown_or_alerted_on(rules, dashboard):
+    used = {name for _, expr in _expressions(rules, dashboard) for name, _ in _selectors(expr)}
+    known = prometheus_names()
+    missing = sorted(n for n in known if n not in used and n not in NOT_MONITORED)
+    assert not missing, "neither on the dashboard nor in an alert (show it, or exempt it with the reason):\n" + "\n".join(
+        missing)
+    stale = sorted(n for n in NOT_MONITORED if n in used or n not in known)
+    assert not stale, f"exempt but shown, or no longer a metric: {stale}"
+
+
+def test_the_selector_check_can_fail():
+    """The checks above on expressions with the mistakes they are there to catch."""
+    known = prometheus_names()
+    assert _selectors('sum(rate(flink_taskmanager_job_task_operator_invalid{job_name="$job",operator_name="dedup"}[1m]))') == [
+        ("flink_taskmanager_job_task_operator_invalid", {"job_name": "$job", "operator_name": "dedup"})]
+    assert "dedup" not in known[f"{OPERATOR}invalid"] and "route" in known[f"{OPERATOR}invalid"]
+    assert f"{OPERATOR}acepted" not in known
+    assert known["flink_jobmanager_job_uptime"] == frozenset()
+    assert f"{OPERATOR}topic_emitted" in known and f"{OPERATOR}entries_rocksdb_estimate_live_data_size" in known
+    assert _selectors("max by (channel, provider) (sender_circuit_state) == 2") == [("sender_circuit_state", {})]

@@ -1,5 +1,5 @@
 """The JVM writes the output records (RouteOutcomes.java, Outputs.java); every byte of them must
-be what the Python encoders (operators/routing.py, fastavro) write for the same outcome."""
+be what the Python encoders (tests/encoders.py, fastavro) write for the same outcome."""
 
 from __future__ import annotations
 

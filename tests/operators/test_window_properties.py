@@ -308,7 +308,7 @@ def test_eviction_happens_at_expiry_including_lateness() -> None:
     assert [v for v, *_ in run_both(gone, cfg)] == ["new", "new"]
 
 
-# -- the expected records, cross-checked with operators.routing ----------------------------------
+# -- the expected records, cross-checked with tests/encoders.py ----------------------------------
 
 TOPICS = Topics(
     push="p",
@@ -326,7 +326,7 @@ TOPICS = Topics(
 def routed_records(
     outcomes: list[Outcome],
 ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[bytes | None]]]:
-    """What operators.routing writes for these outcomes: decoded values and Kafka keys per topic."""
+    """What tests/encoders.py writes for these outcomes: decoded values and Kafka keys per topic."""
     stems = {
         TOPICS.duplicates: "duplicate_notice",
         TOPICS.late: "late_notice",

@@ -1,6 +1,7 @@
 """Metric ids as Flink's REST API lists them, mapped to the names its PrometheusReporter exports.
 
-The reporter (flink-metrics-prometheus, ``AbstractPrometheusReporter``) names a metric
+The reporter (flink-metrics-prometheus, ``AbstractPrometheusReporter``; the mapping is
+``operators.metric_names.prometheus_name``) names a metric
 ``flink_<logical scope>_<metric name>``, every character outside ``[a-zA-Z0-9:_]`` replaced by
 ``_``. The logical scope of a job metric is ``jobmanager_job``, of a task metric
 ``taskmanager_job_task``, of an operator metric ``taskmanager_job_task_operator`` followed by
@@ -19,46 +20,28 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from operators.metric_names import JOB_SCOPE, OPERATOR_SCOPE, TASK_SCOPE, prometheus_filter, prometheus_name
 from ops.flink_rest import RestClient
 from ops.status_probe import operator_names, rest_name
 
-#: groups Flink and our job add as key + value: the Kafka source's topic/partition and split
-#: groups, and the dedup operator's per-topic counters (jobs/dedup_functions.py)
-KEY_VALUE_GROUPS = frozenset({"topic", "partition", "split"})
 HISTOGRAM_SUFFIXES = (
     "_min", "_max", "_mean", "_median", "_stddev", "_p75", "_p90", "_p95", "_p98", "_p99", "_p999",
 )
-_INVALID = re.compile(r"[^a-zA-Z0-9:_]")
 #: a metric name in a PromQL expression: every one this project uses is Flink's
 METRIC_IN_PROMQL = re.compile(r"\bflink_[A-Za-z0-9_:]+")
 LABEL_MATCHER = re.compile(r'\b([a-zA-Z_][a-zA-Z0-9_]*)\s*(=|!=|=~|!~)\s*"([^"]*)"')
 
 
-def prometheus_filter(text: str) -> str:
-    return _INVALID.sub("_", text)
-
-
-def _scoped(scope: str, parts: list[str]) -> str:
-    kept: list[str] = []
-    skip_value = False
-    for part in parts[:-1]:
-        if skip_value:
-            skip_value = False
-            continue
-        kept.append(part)
-        skip_value = part in KEY_VALUE_GROUPS
-    return prometheus_filter(f"flink_{scope}_" + "_".join([*kept, parts[-1]]))
-
-
 def names_for(scope: str, metric_id: str) -> set[str]:
-    """The exported name(s) of one metric id of ``scope`` (without the operator prefix)."""
+    """The exported name(s) of one metric id of ``scope`` (without the operator prefix); the
+    naming itself is operators/metric_names.py's (``prometheus_name``)."""
     parts = metric_id.split(".")
     last = parts[-1]
     for suffix in HISTOGRAM_SUFFIXES:
         if last.endswith(suffix):
-            base = _scoped(scope, [*parts[:-1], last[: -len(suffix)]])
+            base = prometheus_name(scope, ".".join([*parts[:-1], last[: -len(suffix)]]))
             return {base, f"{base}_count"}
-    return {_scoped(scope, parts)}
+    return {prometheus_name(scope, metric_id)}
 
 
 def vertex_metric_names(vertex_name: str, metric_ids: Iterable[str]) -> dict[str, set[str]]:
@@ -68,9 +51,9 @@ def vertex_metric_names(vertex_name: str, metric_ids: Iterable[str]) -> dict[str
     for mid in metric_ids:
         head, _, rest = mid.partition(".")
         if rest and head in operators:
-            out[mid] = names_for("taskmanager_job_task_operator", rest)
+            out[mid] = names_for(OPERATOR_SCOPE, rest)
         else:
-            out[mid] = names_for("taskmanager_job_task", mid)
+            out[mid] = names_for(TASK_SCOPE, mid)
     return out
 
 
@@ -79,13 +62,27 @@ def exported_names(rest: RestClient, job_id: str) -> tuple[set[str], set[str]]:
     names: set[str] = set()
     operators: set[str] = set()
     for m in rest.call("GET", f"/jobs/{job_id}/metrics") or []:
-        names |= names_for("jobmanager_job", m["id"])
+        names |= names_for(JOB_SCOPE, m["id"])
     for vertex in rest.call("GET", f"/jobs/{job_id}")["vertices"]:
         ids = [m["id"] for m in rest.call("GET", f"/jobs/{job_id}/vertices/{vertex['id']}/subtasks/metrics")]
         for found in vertex_metric_names(vertex["name"], ids).values():
             names |= found
         operators |= {prometheus_filter(n) for n in operator_names(vertex["name"])}
     return names, operators
+
+
+def operator_metric_names(rest: RestClient, job_id: str) -> dict[str, set[str]]:
+    """Exported operator metric name -> the ``operator_name`` labels it has in the running job."""
+    out: dict[str, set[str]] = {}
+    for vertex in rest.call("GET", f"/jobs/{job_id}")["vertices"]:
+        labels = {rest_name(n): prometheus_filter(n) for n in operator_names(vertex["name"])}
+        ids = [m["id"] for m in rest.call("GET", f"/jobs/{job_id}/vertices/{vertex['id']}/subtasks/metrics")]
+        for mid, found in vertex_metric_names(vertex["name"], ids).items():
+            head = mid.partition(".")[0]
+            if head in labels:
+                for name in found:
+                    out.setdefault(name, set()).add(labels[head])
+    return out
 
 
 def promql_metric_names(expr: str) -> set[str]:

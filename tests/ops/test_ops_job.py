@@ -31,7 +31,7 @@ import yaml
 
 from dedupctl import cli
 from harness.ports import free_port
-from operators import codec
+from operators import codec, metric_names
 from operators.contract import Topics
 from operators.records import Channel, NotificationRequest, Priority
 from ops import kafka_io
@@ -39,7 +39,7 @@ from ops.flink_rest import RestClient
 from ops.status import collect
 from ops.status_probe import Probe, rest_name
 from ops.status_view import fmt_time
-from settings import Settings
+from settings import Settings, flink_conf
 from tests.jobs.helpers import produce, wait_for_total
 from tests.ops import prometheus_names as prom
 from tests.ops.helpers import prefixed_topics, write_config
@@ -110,7 +110,8 @@ def prometheus_reporter_jar() -> str | None:
 
 
 def with_prometheus(flink_configuration, port: int, jar: str):  # type: ignore[no-untyped-def]
-    """The mini-cluster's configuration plus the reporter of flink-conf/config.yaml.
+    """The mini-cluster's configuration plus the reporter of flink-conf/config.yaml
+    (settings/flink_conf.py), on another port.
 
     The mini-cluster loads reporters from its classpath, not from plugins/: the jar goes into
     pipeline.jars, which PyFlink puts on the class loader the cluster starts with.
@@ -118,9 +119,8 @@ def with_prometheus(flink_configuration, port: int, jar: str):  # type: ignore[n
 
     def configure(cfg, resume_from=None):  # type: ignore[no-untyped-def]
         conf = flink_configuration(cfg, resume_from)
-        conf.set_string("metrics.reporter.prom.factory.class",
-                        "org.apache.flink.metrics.prometheus.PrometheusReporterFactory")
-        conf.set_string("metrics.reporter.prom.port", str(port))
+        for key, value in flink_conf.as_strings(flink_conf.prometheus_reporter(port)).items():
+            conf.set_string(key, value)
         jars = [j for j in conf.get_string("pipeline.jars", "").split(";") if j]
         conf.set_string("pipeline.jars", ";".join([*jars, Path(jar).as_uri()]))
         return conf
@@ -342,6 +342,22 @@ def test_dashboard_and_alert_metrics_are_exported_by_the_job(ops_run):
         unknown = prom.promql_label_values(expr, "operator_name") - operators
         missing += [f"{where}: operator_name={v!r}" for v in sorted(unknown)]
     assert not missing, "not exported by the job:\n" + "\n".join(missing)
+
+
+def test_every_metric_of_the_module_is_exported_by_its_operator(ops_run):
+    """operators/metric_names.py, which the dashboard and alert checks of tests/deploy trust,
+    against the running job: every name it lists is exported, by the operators it says."""
+    rest = RestClient(ops_run.rest_url)
+    names, _ = prom.exported_names(rest, ops_run.job_id)
+    by_operator = prom.operator_metric_names(rest, ops_run.job_id)
+    wrong = []
+    for name, operators in metric_names.prometheus_names().items():
+        if name not in names:
+            wrong.append(f"{name}: not exported")
+        elif operators and not operators <= by_operator.get(name, set()):
+            wrong.append(f"{name}: exported by {sorted(by_operator.get(name, ()))}, not {sorted(operators)}")
+    assert not wrong, "\n".join(wrong)
+    assert by_operator["flink_taskmanager_job_task_operator_invalid"] == {metric_names.ROUTE_OPERATOR}
 
 
 def test_rest_names_map_to_what_the_prometheus_reporter_exports(ops_run):

@@ -1,4 +1,4 @@
-"""A small story in the topics, written the way the job writes it (operators.routing): what
+"""A small story in the topics, written the way the job writes it (tests/encoders.py): what
 ``dedupctl trace`` must tell apart. Used with and without a broker."""
 
 from __future__ import annotations

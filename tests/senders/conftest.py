@@ -3,7 +3,6 @@ messages to produce, and readers of what the workers wrote (read_committed, deco
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 import uuid
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
 from operators import codec
 from operators.contract import Topics
@@ -97,8 +97,8 @@ def write_config(cfg: Settings, path: Path) -> Path:
     for section in ("kafka", "topics", "senders"):
         lines.append(f"[{section}]")
         part = getattr(cfg, section)
-        for name in (f.name for f in dataclasses.fields(part)):
-            value = getattr(part, name)
+        items = part.by_role().items() if section == "topics" else ((n, getattr(part, n)) for n in type(part).model_fields)
+        for name, value in items:
             if value is None:
                 continue
             if isinstance(value, bool):
@@ -106,7 +106,7 @@ def write_config(cfg: Settings, path: Path) -> Path:
             elif isinstance(value, int | float):
                 lines.append(f"{name} = {value!r}")
             else:
-                text = value.reveal() if hasattr(value, "reveal") else str(value)
+                text = value.get_secret_value() if isinstance(value, SecretStr) else str(value)
                 lines.append(f"{name} = {json.dumps(text)}")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path

@@ -8,13 +8,13 @@ from email import message_from_bytes
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
 from operators.records import Channel
 from senders.errors import ProviderPermanentError, ProviderRetryableError
 from senders.providers import HttpProvider, SmtpProvider
 from senders.providers.smtp import message_id
 from senders.runtime.metrics import Metrics
-from settings import Secret
 from tests.senders.fake_http import FakeHttpProvider
 
 
@@ -56,7 +56,7 @@ def _send(provider: HttpProvider | SmtpProvider, to: str, key: str = "dk1:sms") 
 def test_2xx_is_sent_with_the_message_key_as_idempotency_key(server: FakeHttpProvider) -> None:
     metrics = Metrics()
     provider = HttpProvider(
-        name="sms-a", url=server.url, timeout_s=0.5, token=Secret("s3cret"), metrics=metrics
+        name="sms-a", url=server.url, timeout_s=0.5, token=SecretStr("s3cret"), metrics=metrics
     )
     receipt = _send(provider, "+15550100")
     assert receipt.provider == "sms-a" and receipt.reference == "msg-1"

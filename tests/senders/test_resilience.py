@@ -16,8 +16,8 @@ from confluent_kafka import Producer
 
 from harness.local_kafka import LocalBroker
 from harness.ports import free_port
+from operators.contract import Topics
 from operators.records import Channel
-from operators.routing import Topics
 from ops import kafka_io
 from senders.errors import InstanceInUseError
 from senders.providers import FakeProvider

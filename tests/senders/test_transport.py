@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
 from harness.ports import free_port
 from operators.errors import ConfigError
@@ -21,7 +22,7 @@ from senders.errors import ProviderPermanentError, ProviderRetryableError
 from senders.providers import HttpProvider, SmtpProvider, provider_label
 from senders.runtime.metrics import Metrics
 from senders.runtime.pool import build_dispatchers
-from settings import Secret, Settings
+from settings import Settings
 from tests.senders.fake_http import FakeHttpProvider
 from tests.senders.tls import Pki, make_pki
 
@@ -67,7 +68,7 @@ def test_a_redirect_is_not_followed_and_is_no_success(status: int) -> None:
     elsewhere = _Elsewhere()
     server = FakeHttpProvider(replies={"+15550100": (status, {"Location": elsewhere.url})}).start()
     try:
-        provider = HttpProvider(name="sms-a", url=server.url, timeout_s=1.0, token=Secret("t0ken"))
+        provider = HttpProvider(name="sms-a", url=server.url, timeout_s=1.0, token=SecretStr("t0ken"))
         with pytest.raises(ProviderPermanentError) as err:
             _send(provider)
         assert err.value.status_code == status and not err.value.deactivate_address
@@ -165,14 +166,14 @@ def test_smtp_starttls_verifies_the_server_and_logs_in_over_tls(
     box, port, _ = smtp_tls
     provider = SmtpProvider(
         name="smtp", host="127.0.0.1", port=port, sender="n@example.com", timeout_s=5.0, starttls=True,
-        username="mailer", password=Secret("pw-4711"), ca_file=str(pki.ca_file),
+        username="mailer", password=SecretStr("pw-4711"), ca_file=str(pki.ca_file),
     )
     _send(provider, to="ann@example.com", channel=Channel.EMAIL)
     assert len(box.messages) == 1 and box.logins == ["mailer"]
     stranger = make_pki(tmp_path / "other", name="other")
     unverified = SmtpProvider(
         name="smtp", host="127.0.0.1", port=port, sender="n@example.com", timeout_s=5.0, starttls=True,
-        username="mailer", password=Secret("pw-4711"), ca_file=str(stranger.ca_file),
+        username="mailer", password=SecretStr("pw-4711"), ca_file=str(stranger.ca_file),
     )
     with pytest.raises(ProviderRetryableError, match="TLS"):
         _send(unverified, to="ann@example.com", channel=Channel.EMAIL)
@@ -193,7 +194,7 @@ def test_smtp_credentials_without_tls_are_refused() -> None:
     with pytest.raises(ConfigError, match="TLS"):
         SmtpProvider(
             name="smtp", host="127.0.0.1", port=25, sender="n@example.com", timeout_s=5.0,
-            username="mailer", password=Secret("pw-4711"),
+            username="mailer", password=SecretStr("pw-4711"),
         )
     cfg = Settings().with_overrides(senders={"email_primary": "smtp", "smtp_username": "mailer", "smtp_password": "x"})
     with pytest.raises(ConfigError, match="smtp_starttls or smtp_implicit_tls"):

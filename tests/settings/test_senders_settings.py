@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from operators.errors import ConfigError
 from operators.records import Channel
@@ -12,7 +13,7 @@ from senders.providers import FakeProvider, HttpProvider, SmtpProvider
 from senders.runtime.metrics import Metrics
 from senders.runtime.pool import build_dispatchers, sender_topics
 from senders.statuses import Lane
-from settings import Secret, load_settings
+from settings import load_settings
 
 
 def test_defaults_file_and_environment(tmp_path: Path) -> None:
@@ -23,7 +24,7 @@ def test_defaults_file_and_environment(tmp_path: Path) -> None:
     )
     s = cfg.senders
     assert (s.max_attempts, s.base_backoff_ms, s.sms_primary) == (3, 1000, "https://sms-a.example/v1/send")
-    assert isinstance(s.http_token, Secret) and "t0k" not in repr(s)
+    assert isinstance(s.http_token, SecretStr) and "t0k" not in repr(s)
     assert s.retry_policy().steps() == (1000, 2000)
     assert s.delay_topics("notifications.sms") == {
         1000: "notifications.sms.retry.1s",

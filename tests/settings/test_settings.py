@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
+import json
+import logging
 import typing
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import SecretStr
 
 from operators.contract import Topics
 from operators.errors import ConfigError
@@ -17,9 +19,8 @@ from settings import (
     DedupSettings,
     FlinkSettings,
     KafkaSettings,
-    Secret,
+    SendersSettings,
     Settings,
-    _coerce,
     load_settings,
 )
 
@@ -173,6 +174,10 @@ def test_bad_values_raise_config_error(tmp_path: Path) -> None:
 # -- coercion -------------------------------------------------------------------------------------
 
 
+def starttls(value: object) -> bool:
+    return Settings().with_overrides(senders={"smtp_starttls": value}).senders.smtp_starttls
+
+
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
@@ -194,23 +199,38 @@ def test_bad_values_raise_config_error(tmp_path: Path) -> None:
     ],
 )
 def test_bool_coercion(value: object, expected: bool) -> None:
-    assert _coerce(value, bool, "x") is expected
+    assert starttls(value) is expected
+    if isinstance(value, str):
+        assert load_settings(env={"DEDUP_SENDERS_SMTP_STARTTLS": value}).senders.smtp_starttls is expected
 
 
 def test_int_float_and_optional_coercion() -> None:
-    assert _coerce("42", int, "x") == 42 and isinstance(_coerce("42", int, "x"), int)
-    assert _coerce(" -7 ", int, "x") == -7
-    assert _coerce(5, int, "x") == 5
-    assert _coerce("0.25", float, "x") == 0.25
-    assert _coerce(3, float, "x") == 3.0 and isinstance(_coerce(3, float, "x"), float)
-    assert _coerce("", int | None, "x") is None
-    assert _coerce(None, str | None, "x") is None
-    assert _coerce("12", int | None, "x") == 12
-    for bad in ("1.5", "ten", "", None):
-        with pytest.raises(ConfigError, match="^where: "):
-            _coerce(bad, int, "where")
-    with pytest.raises(ConfigError):
-        _coerce("fast", float, "x")
+    def kafka(**values: object) -> KafkaSettings:
+        return Settings().with_overrides(kafka=values).kafka
+
+    assert kafka(partitions="42").partitions == 42 and isinstance(kafka(partitions="42").partitions, int)
+    assert kafka(partitions=" -7 ").partitions == -7
+    assert kafka(partitions=5).partitions == 5
+    dedup = Settings().with_overrides(dedup={"bloom_fp_rate": "0.25"}).dedup
+    assert dedup.bloom_fp_rate == 0.25
+    dedup = Settings().with_overrides(dedup={"bloom_fp_rate": 3}).dedup
+    assert dedup.bloom_fp_rate == 3.0 and isinstance(dedup.bloom_fp_rate, float)
+    assert kafka(sasl_mechanism="").sasl_mechanism is None
+    assert kafka(sasl_mechanism="PLAIN").sasl_mechanism == "PLAIN"
+    # None leaves a setting as it was
+    assert kafka(sasl_mechanism=None).sasl_mechanism is None and kafka(partitions=None).partitions == 3
+    for bad in ("1.5", "ten", "", 2.5):
+        with pytest.raises(ConfigError, match=r"^kafka\.partitions: "):
+            kafka(partitions=bad)
+    with pytest.raises(ConfigError, match=r"^dedup\.bloom_fp_rate: "):
+        Settings().with_overrides(dedup={"bloom_fp_rate": "fast"})
+
+
+def test_values_outside_their_choices_name_the_setting() -> None:
+    with pytest.raises(ConfigError, match=r"dedup\.late_policy: .*side-output, best-effort"):
+        load_settings(env={"DEDUP_DEDUP_LATE_POLICY": "drop"})
+    with pytest.raises(ConfigError, match=r"flink\.execution_mode"):
+        Settings().with_overrides(flink={"execution_mode": "threads"})
 
 
 def test_optional_setting_cleared_by_an_empty_variable(tmp_path: Path) -> None:
@@ -224,9 +244,9 @@ def test_coercion_through_every_int_setting() -> None:
     sections = {"kafka": KafkaSettings, "dedup": DedupSettings, "flink": FlinkSettings}
     env = {}
     for section, cls in sections.items():
-        for f in dataclasses.fields(cls):
-            if f.type in ("int", int):
-                env[f"DEDUP_{section.upper()}_{f.name.upper()}"] = "17"
+        for name, info in cls.model_fields.items():
+            if info.annotation is int:
+                env[f"DEDUP_{section.upper()}_{name.upper()}"] = "17"
     assert len(env) >= 15
     cfg = load_settings(env=env)
     for key in env:
@@ -248,8 +268,8 @@ def test_secret_never_shows(tmp_path: Path) -> None:
         load_settings(env={"DEDUP_KAFKA_SASL_PASSWORD": PASSWORD, "DEDUP_KAFKA_SASL_MECHANISM": "PLAIN"}),
     ):
         secret = cfg.kafka.sasl_password
-        assert isinstance(secret, Secret)
-        assert secret.reveal() == PASSWORD
+        assert isinstance(secret, SecretStr)
+        assert secret.get_secret_value() == PASSWORD
         for shown in (
             repr(cfg),
             str(cfg),
@@ -275,9 +295,49 @@ def test_secret_never_shows(tmp_path: Path) -> None:
 def test_secret_survives_copies(tmp_path: Path) -> None:
     cfg = load_settings(env={"DEDUP_KAFKA_SASL_PASSWORD": PASSWORD})
     copied = cfg.with_overrides(kafka={"partitions": 4})
-    assert isinstance(copied.kafka.sasl_password, Secret)
+    assert isinstance(copied.kafka.sasl_password, SecretStr)
+    assert copied.kafka.sasl_password.get_secret_value() == PASSWORD
     assert PASSWORD not in repr(copied)
-    assert PASSWORD not in repr(dataclasses.asdict(copied))
+    assert PASSWORD not in repr(copied.model_dump())
+
+
+def _json_or_refused(value: object, **kwargs: typing.Any) -> str:
+    """json.dumps of ``value``; a TypeError (a type json cannot write) shows nothing either."""
+    try:
+        return json.dumps(value, **kwargs)
+    except TypeError:
+        return ""
+
+
+def test_secret_never_serializes_to_its_value(caplog: pytest.LogCaptureFixture) -> None:
+    """Dumps of the settings (for a status page, a debug log, a support bundle) never carry a
+    secret; a str subclass would, since json writes any str as its characters."""
+    cfg = load_settings(env={
+        "DEDUP_KAFKA_SASL_PASSWORD": PASSWORD,
+        "DEDUP_SENDERS_HTTP_TOKEN": PASSWORD,
+        "DEDUP_SENDERS_SMTP_PASSWORD": PASSWORD,
+        "DEDUP_SENDERS_STATUS_STORE_PASSWORD": PASSWORD,
+    })
+    secret = cfg.kafka.sasl_password
+    dumps = [
+        _json_or_refused(secret),
+        _json_or_refused({"password": secret}),
+        _json_or_refused([secret], default=str),
+        json.dumps(cfg.model_dump(mode="json")),
+        json.dumps(cfg.model_dump(), default=str),
+        cfg.model_dump_json(),
+        cfg.kafka.model_dump_json(),
+        cfg.senders.model_dump_json(),
+        _json_or_refused(cfg.senders.model_dump()),
+    ]
+    for shown in dumps:
+        assert PASSWORD not in shown and "hunter" not in shown
+    assert json.loads(cfg.model_dump_json())["kafka"]["sasl_password"] == "**********"
+    with caplog.at_level(logging.INFO):
+        logging.getLogger("test").info("settings %s %r %s", cfg, cfg.senders, secret)
+    assert caplog.text and PASSWORD not in caplog.text
+    # the dump of a setting that is not a secret is its value
+    assert json.loads(cfg.model_dump_json())["kafka"]["bootstrap_servers"] == "127.0.0.1:9092"
 
 
 # -- derived configurations -----------------------------------------------------------------------
@@ -333,27 +393,28 @@ def test_checkpoint_paths(tmp_path: Path) -> None:
 def _fields_of_type(*kinds: object) -> list[tuple[str, str]]:
     """(section, field) of every setting whose type is one of ``kinds`` (optional or not)."""
     found = []
-    for section in dataclasses.fields(Settings):
-        if section.name == "data_dir":
-            continue
-        cls = type(getattr(Settings(), section.name))
-        for name, hint in typing.get_type_hints(cls).items():
+    for section in Settings.model_fields:
+        cls = type(getattr(Settings(), section))
+        if not hasattr(cls, "model_fields"):
+            continue  # data_dir; topics (names, none of them secret)
+        for name, info in cls.model_fields.items():
+            hint = info.annotation
             args = set(typing.get_args(hint)) - {type(None)} or {hint}
             if args & set(kinds):
-                found.append((section.name, name))
+                found.append((section, name))
     return found
 
 
 def test_every_secret_setting_is_hidden() -> None:
-    secrets = _fields_of_type(Secret)
+    secrets = _fields_of_type(SecretStr)
     assert ("kafka", "sasl_password") in secrets
     env = {f"DEDUP_{s.upper()}_{f.upper()}": f"{PASSWORD}-{s}-{f}" for s, f in secrets}
     cfg = load_settings(env=env)
     for section, name in secrets:
         value = getattr(getattr(cfg, section), name)
-        assert isinstance(value, Secret), (section, name)
-        assert value.reveal() == f"{PASSWORD}-{section}-{name}"
-    for shown in (repr(cfg), str(cfg), f"{cfg}"):
+        assert isinstance(value, SecretStr), (section, name)
+        assert value.get_secret_value() == f"{PASSWORD}-{section}-{name}"
+    for shown in (repr(cfg), str(cfg), f"{cfg}", cfg.model_dump_json(), json.dumps(cfg.model_dump(mode="json"))):
         assert PASSWORD not in shown
 
 
@@ -365,3 +426,73 @@ def test_every_bool_setting_is_coerced_from_the_environment() -> None:
         cfg = load_settings(env={f"DEDUP_{s.upper()}_{f.upper()}": text for s, f in flags})
         for section, name in flags:
             assert getattr(getattr(cfg, section), name) is expected, (section, name, text)
+
+
+# -- the sections as callers see them -------------------------------------------------------------
+
+
+def test_topics_by_role_from_file_and_environment(tmp_path: Path) -> None:
+    path = write(tmp_path, '[topics]\npush = "push.v2"\nlate = "late.v2"\n')
+    cfg = load_settings(path, env={"DEDUP_TOPICS_PUSH": "push.v3", "DEDUP_TOPICS_SMS": "sms.v3"})
+    assert isinstance(cfg.topics, Topics)
+    assert (cfg.topics.push, cfg.topics.sms, cfg.topics.late) == ("push.v3", "sms.v3", "late.v2")
+    assert cfg.topics.by_role() == {**Topics().by_role(), "push": "push.v3", "sms": "sms.v3", "late": "late.v2"}
+    assert cfg.topics.channel_topic("push", "normal") == "push.v3"
+    # the copy keeps the other names
+    moved = cfg.with_overrides(topics={"requests": "in.v2"})
+    assert (moved.topics.requests, moved.topics.push) == ("in.v2", "push.v3")
+    assert json.loads(moved.model_dump_json())["topics"]["requests"] == "in.v2"
+
+
+def test_a_topic_role_outside_the_contract_or_an_empty_name_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"unknown setting\(s\) in \[topics\]: pussh"):
+        load_settings(write(tmp_path, '[topics]\npussh = "x"\n'), env={})
+    with pytest.raises(ConfigError, match=r"unknown setting\(s\) in \[topics\]: pussh"):
+        Settings().with_overrides(topics={"pussh": "x"})
+    with pytest.raises(ConfigError, match=r"topics: push must be a non-empty topic name"):
+        load_settings(env={"DEDUP_TOPICS_PUSH": ""})
+    assert load_settings(env={"DEDUP_TOPICS_PUSHY": "x", "DEDUP_TOPICS": "y"}).topics == Topics()
+
+
+def test_sections_built_in_code_are_validated_too() -> None:
+    with pytest.raises(ConfigError, match=r"kafka\.partitions: "):
+        Settings(kafka={"partitions": "many"})
+    with pytest.raises(ConfigError, match=r"unknown setting\(s\) in \[flink\]: paralelism"):
+        Settings(flink={"paralelism": 2})
+    with pytest.raises(ConfigError, match=r"unknown section\(s\) in the settings: kafak"):
+        Settings(kafak={})
+
+
+def test_settings_are_frozen_and_copies_are_validated() -> None:
+    cfg = Settings()
+    for assign in (lambda: setattr(cfg, "data_dir", "x"), lambda: setattr(cfg.kafka, "partitions", 9)):
+        with pytest.raises(ValueError, match="frozen"):
+            assign()
+    copied = cfg.with_overrides(kafka={"partitions": "9"}, flink={})
+    assert copied.kafka.partitions == 9 and cfg.kafka.partitions == 3
+    assert copied.flink == cfg.flink and copied != cfg
+    assert cfg.with_overrides() == cfg
+    with pytest.raises(ConfigError, match=r"unknown section\(s\) in the overrides: kafak"):
+        cfg.with_overrides(kafak={"partitions": 1})
+
+
+def test_settings_alone_are_the_defaults_whatever_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEDUP_KAFKA_PARTITIONS", "11")
+    monkeypatch.setenv("DEDUP_DATA_DIR", "/elsewhere")
+    assert Settings().kafka.partitions == 3 and Settings().data_dir == ".data"
+    assert Settings(kafka=KafkaSettings(partitions=5)).kafka.partitions == 5
+    assert load_settings().data_dir == "/elsewhere"
+
+
+def test_senders_section_from_the_environment_keeps_its_types() -> None:
+    cfg = load_settings(env={"DEDUP_SENDERS_SMTP_PORT": "2525", "DEDUP_SENDERS_JITTER_RATIO": "0",
+                             "DEDUP_SENDERS_SMTP_USERNAME": ""})
+    assert cfg.senders.smtp_port == 2525 and cfg.senders.jitter_ratio == 0.0
+    assert cfg.senders.smtp_username is None
+    assert cfg.senders == SendersSettings(smtp_port=2525, jitter_ratio=0.0)
+
+
+def test_savepoint_dir_defaults_to_the_checkpoint_dir(tmp_path: Path) -> None:
+    f = FlinkSettings(checkpoint_dir=str(tmp_path / "cp"))
+    assert f.savepoint_uri() == f.checkpoint_uri()
+    assert FlinkSettings(savepoint_dir="file:///data/savepoints").savepoint_uri() == "file:///data/savepoints"

@@ -6,13 +6,13 @@ import dataclasses
 
 import pytest
 from cryptography.fernet import Fernet
+from pydantic import SecretStr
 
 from operators.errors import ConfigError
 from operators.records import Channel
 from senders.profiles.crypto import ContactCipher, ContactDecryptError, ContactKeyOptions, generate_key
 from senders.profiles.model import parse_profile
 from senders.profiles.sealed import open_contacts, open_profile, preferences_document, seal_contacts
-from settings import Secret
 
 OLD, NEW, LOOKUP, LOOKUP_NEW = (Fernet.generate_key().decode() for _ in range(4))
 
@@ -57,7 +57,7 @@ def test_the_lookup_hash_is_keyed_and_normalized() -> None:
 
 
 def test_keys_come_from_secrets_and_never_show() -> None:
-    opts = ContactKeyOptions(encryption_keys=Secret(f"{NEW}, {OLD}"), lookup_keys=Secret(LOOKUP))
+    opts = ContactKeyOptions(encryption_keys=SecretStr(f"{NEW}, {OLD}"), lookup_keys=SecretStr(LOOKUP))
     cipher = ContactCipher.from_options(opts)
     token = cipher.encrypt("x")
     assert ContactCipher([NEW], [LOOKUP]).decrypt(token) == "x"
@@ -71,11 +71,11 @@ def test_keys_come_from_secrets_and_never_show() -> None:
 
 @pytest.mark.parametrize(("opts", "message"), [
     (ContactKeyOptions(), "no encryption keys configured for the contacts at rest"),
-    (ContactKeyOptions(encryption_keys=Secret(" , ")), "no encryption keys configured for the contacts at rest"),
-    (ContactKeyOptions(encryption_keys=Secret(NEW)), "no lookup keys configured for the contacts at rest"),
-    (ContactKeyOptions(encryption_keys=Secret(f"{NEW},short"), lookup_keys=Secret(LOOKUP)),
+    (ContactKeyOptions(encryption_keys=SecretStr(" , ")), "no encryption keys configured for the contacts at rest"),
+    (ContactKeyOptions(encryption_keys=SecretStr(NEW)), "no lookup keys configured for the contacts at rest"),
+    (ContactKeyOptions(encryption_keys=SecretStr(f"{NEW},short"), lookup_keys=SecretStr(LOOKUP)),
      "encryption key 2 is not 32 url-safe base64-encoded bytes (see generate_key)"),
-    (ContactKeyOptions(encryption_keys=Secret(NEW), lookup_keys=Secret("pässword")),
+    (ContactKeyOptions(encryption_keys=SecretStr(NEW), lookup_keys=SecretStr("pässword")),
      "lookup key 1 is not 32 url-safe base64-encoded bytes (see generate_key)"),
 ])
 def test_missing_or_malformed_keys(opts: ContactKeyOptions, message: str) -> None:

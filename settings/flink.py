@@ -1,0 +1,66 @@
+"""The ``[flink]`` section: how the job runs. What Flink itself is told is derived from it in
+settings/flink_conf.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from operators.errors import ConfigError
+from settings.base import Section
+
+
+def _as_uri(directory: str) -> str:
+    if "://" in directory:
+        return directory
+    return Path(directory).resolve().as_uri()
+
+
+class FlinkSettings(Section):
+    """How the job runs.
+
+    :param parallelism: parallelism of every operator
+    :param max_parallelism: key groups; fixed for the life of the state, so keep it stable
+    :param checkpoint_dir: retained checkpoints (and, by default, savepoints) live here
+    :param savepoint_dir: where savepoints go when no target is given; empty: ``checkpoint_dir``
+    :param checkpoint_interval_ms: also the latency of exactly-once output
+    :param checkpoint_timeout_ms: a checkpoint slower than this fails
+    :param transaction_timeout_ms: Kafka transaction timeout of the sink; below the broker's
+        transaction.max.timeout.ms (15 min) and above checkpoint interval + restart time
+    :param transactional_id_prefix: must be stable across restarts and unique per job
+    :param execution_mode: PyFlink python.execution-mode, thread or process
+    :param restart_attempts: fixed-delay restarts before the job fails
+    :param restart_delay_ms: delay between restarts
+    :param rest_port: REST port of the local mini-cluster (dedupctl stop/status use it)
+    :param bundle_size: PyFlink python.fn-execution.bundle.size
+    :param bundle_time_ms: PyFlink python.fn-execution.bundle.time
+    """
+
+    parallelism: int = 1
+    max_parallelism: int = 128
+    checkpoint_dir: str = ".data/checkpoints"
+    savepoint_dir: str = ""
+    checkpoint_interval_ms: int = 5_000
+    checkpoint_timeout_ms: int = 120_000
+    transaction_timeout_ms: int = 600_000
+    transactional_id_prefix: str = "notify-dedup"
+    execution_mode: Literal["thread", "process"] = "thread"
+    restart_attempts: int = 10
+    restart_delay_ms: int = 2_000
+    rest_port: int = 8081
+    bundle_size: int = 1000
+    bundle_time_ms: int = 100
+
+    def checkpoint_uri(self) -> str:
+        """The directory as a URI; a plain path is taken relative to the working directory."""
+        return _as_uri(self.checkpoint_dir)
+
+    def savepoint_uri(self) -> str:
+        """Where savepoints go by default, as a URI (``checkpoint_uri()`` unless set)."""
+        return _as_uri(self.savepoint_dir) if self.savepoint_dir else self.checkpoint_uri()
+
+    def checkpoint_path(self) -> Path:
+        uri = self.checkpoint_uri()
+        if not uri.startswith("file://"):
+            raise ConfigError(f"checkpoint_dir {uri} is not a local path")
+        return Path(uri[len("file://"):])

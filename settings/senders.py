@@ -1,0 +1,186 @@
+"""The ``[senders]`` section: the sender workers.
+
+Plain fields with a default and a ``:param`` line each: a new setting is one line here and one
+in the docstring (its environment variable ``DEDUP_SENDERS_<FIELD>`` and its TOML key follow).
+"""
+
+from __future__ import annotations
+
+from operators.records import Channel
+from senders.policy.breaker import BreakerOptions
+from senders.policy.bucket import RateLimit
+from senders.policy.retry import RetryPolicy, format_step
+from settings.base import Flag, OptionalSecret, OptionalStr, Section
+
+
+class SendersSettings(Section):
+    """The sender workers: retries, providers, rate limits, the status store, their topics.
+
+    A provider is named by a string: an ``http://`` or ``https://`` URL (JSON POST), ``smtp``
+    (the ``smtp_*`` settings), or ``fake`` (the scripted fake: nothing leaves the process).
+    An empty primary means the channel has no provider and its workers refuse to start.
+
+    :param group_prefix: consumer groups are ``<prefix>.<channel>.<lane>``
+    :param instance_id: names this process's transactional producers
+        (``<prefix>.<channel>.<lane>.<instance_id>.<n>``); a stable id lets a restarted process
+        fence its dead predecessor's open transaction at once; empty: a fresh random id. Two live
+        processes never share one: the second is refused at start
+    :param status_topic: every status change, keyed by message key
+    :param dlq_topic: the dead-letter topic
+    :param delay_topic_template: the delay topics of a channel topic, one per delay step;
+        ``{topic}`` is the channel topic, ``{step}`` the step (``30s``)
+    :param max_attempts: provider attempts per message, the first included
+    :param base_backoff_ms: wait after the first failed attempt; doubles after each further one
+    :param max_backoff_ms: upper bound of the wait
+    :param jitter_ratio: up to this fraction of the wait is added at random
+    :param batch_size: records a worker takes per poll (one Kafka transaction)
+    :param poll_timeout_ms: how long a poll waits for records
+    :param lease_ms: a claim is its worker's for this long; must exceed the longest send deadline
+        (``http_timeout_ms``, ``smtp_timeout_ms`` of the providers in use) by a second, or the
+        workers refuse to start
+    :param session_timeout_ms: consumer session timeout (how soon a dead worker's partitions move)
+    :param transaction_timeout_ms: the broker aborts a dead worker's open transaction after this
+    :param kafka_timeout_ms: how long a worker waits on the broker (init_transactions, the topics'
+        metadata, a commit) before it gives up, backs off and reconnects
+    :param restart_backoff_ms: a failed worker (broker or store unreachable, producer fenced)
+        starts again after this; the wait doubles with each failure in a row
+    :param restart_backoff_max_ms: upper bound of that wait; a worker that ran this long without
+        failing starts again from ``restart_backoff_ms``
+    :param instance_ttl_ms: a ``senders run`` process records itself (instance id, host, pid) in
+        the status store and renews that every third of this; another process may take its
+        instance id over only once it is this old (at once when its pid is gone on this host)
+    :param status_store: empty: SQLite in ``<data_dir>/senders/status.sqlite3``; a path or
+        ``sqlite:///path``; or a ``postgresql://`` DSN (needs psycopg)
+    :param status_store_password: password for the PostgreSQL DSN (a secret)
+    :param sqlite_synchronous: SQLite ``synchronous`` pragma (FULL survives power loss, NORMAL
+        survives a crash of the process)
+    :param sqlite_busy_timeout_ms: how long a SQLite transaction waits for the store's write lock
+        before the worker backs off
+    :param address_book: JSON file ``{"user_id": {"sms": "+4420...", "email": "..."}}``;
+        empty: the user id is the address (providers that resolve users themselves)
+    :param push_primary: push provider
+    :param push_secondary: push failover provider (empty: none)
+    :param sms_primary: SMS provider
+    :param sms_secondary: SMS failover provider
+    :param email_primary: email provider
+    :param email_secondary: email failover provider
+    :param push_rate_per_sec: rate limit of each push provider
+    :param sms_rate_per_sec: rate limit of each SMS provider
+    :param email_rate_per_sec: rate limit of each email provider
+    :param rate_burst: token-bucket size of each provider
+    :param http_timeout_ms: the deadline of one HTTP send, connect to last byte (a timeout is a
+        transient failure); ``lease_ms`` must exceed it
+    :param http_token: bearer token sent to HTTP providers (a secret)
+    :param http_ca_file: PEM file of the CAs that HTTPS providers' certificates are verified
+        against; empty: the system's CAs (verification is never off)
+    :param smtp_host: SMTP relay host
+    :param smtp_port: SMTP relay port
+    :param smtp_starttls: upgrade the SMTP connection with STARTTLS (verified)
+    :param smtp_implicit_tls: speak TLS from the start (SMTPS, port 465), verified
+    :param smtp_ca_file: PEM file of the CAs the SMTP relay's certificate is verified against;
+        empty: the system's CAs
+    :param smtp_username: SMTP login; needs smtp_starttls or smtp_implicit_tls
+    :param smtp_password: SMTP password (a secret)
+    :param smtp_from: envelope and header sender of emails
+    :param smtp_timeout_ms: the deadline of one SMTP send (connect, TLS, login, the message);
+        ``lease_ms`` must exceed it
+    :param http_invalid_recipient: the HTTP answers that say the address itself is invalid, the
+        only ones that deactivate it: a status (``410``), or ``STATUS:CODE`` when the reply's
+        body must contain CODE (``400:invalid_recipient``); comma-separated
+    :param smtp_invalid_recipient: the enhanced statuses of a refused recipient that deactivate
+        it: ``5.1`` is any 5.1.x (bad mailbox, domain, syntax); comma-separated
+    :param invalid_recipient_rules: per provider, rules in place of those two:
+        ``LABEL=RULES;LABEL=RULES``, LABEL being the provider's name (a URL's host[:port], or
+        ``smtp``), e.g. ``sms-a.example=400:21211,410``
+    :param breaker_window: the primary's recent outcomes the failure rate is taken over
+    :param breaker_min_calls: outcomes needed before the circuit may open
+    :param breaker_failure_rate: failure fraction that opens the circuit (moves to the secondary)
+    :param breaker_open_ms: time on the secondary before the primary is probed again
+    :param metrics_log_interval_s: how often a running worker logs its metrics (0: never)
+    """
+
+    group_prefix: str = "notify-senders"
+    instance_id: str = ""
+    status_topic: str = "notifications.status"
+    dlq_topic: str = "notifications.dlq"
+    delay_topic_template: str = "{topic}.retry.{step}"
+    max_attempts: int = 5
+    base_backoff_ms: int = 30_000
+    max_backoff_ms: int = 3_600_000
+    jitter_ratio: float = 0.2
+    batch_size: int = 200
+    poll_timeout_ms: int = 100
+    lease_ms: int = 60_000
+    session_timeout_ms: int = 45_000
+    transaction_timeout_ms: int = 60_000
+    kafka_timeout_ms: int = 30_000
+    restart_backoff_ms: int = 1_000
+    restart_backoff_max_ms: int = 30_000
+    instance_ttl_ms: int = 30_000
+    status_store: str = ""
+    status_store_password: OptionalSecret = None
+    sqlite_synchronous: str = "FULL"
+    sqlite_busy_timeout_ms: int = 30_000
+    address_book: str = ""
+    push_primary: str = ""
+    push_secondary: str = ""
+    sms_primary: str = ""
+    sms_secondary: str = ""
+    email_primary: str = ""
+    email_secondary: str = ""
+    push_rate_per_sec: float = 500.0
+    sms_rate_per_sec: float = 50.0
+    email_rate_per_sec: float = 50.0
+    rate_burst: int = 20
+    http_timeout_ms: int = 5_000
+    http_token: OptionalSecret = None
+    http_ca_file: str = ""
+    smtp_host: str = "127.0.0.1"
+    smtp_port: int = 25
+    smtp_starttls: Flag = False
+    smtp_implicit_tls: Flag = False
+    smtp_ca_file: str = ""
+    smtp_username: OptionalStr = None
+    smtp_password: OptionalSecret = None
+    smtp_from: str = "notifications@localhost"
+    smtp_timeout_ms: int = 10_000
+    http_invalid_recipient: str = "400:invalid_recipient,404:invalid_recipient,410"
+    smtp_invalid_recipient: str = "5.1"
+    invalid_recipient_rules: str = ""
+    breaker_window: int = 20
+    breaker_min_calls: int = 5
+    breaker_failure_rate: float = 0.5
+    breaker_open_ms: int = 30_000
+    metrics_log_interval_s: float = 60.0
+
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(
+            base_ms=self.base_backoff_ms,
+            max_attempts=self.max_attempts,
+            jitter_ratio=self.jitter_ratio,
+            max_backoff_ms=self.max_backoff_ms,
+        )
+
+    def breaker_options(self) -> BreakerOptions:
+        return BreakerOptions(
+            window=self.breaker_window,
+            min_calls=self.breaker_min_calls,
+            failure_rate=self.breaker_failure_rate,
+            open_ms=self.breaker_open_ms,
+        )
+
+    def rate_limit(self, channel: Channel) -> RateLimit:
+        rate = float(getattr(self, f"{channel.value}_rate_per_sec"))
+        return RateLimit(per_second=rate, burst=self.rate_burst)
+
+    def providers(self, channel: Channel) -> tuple[str, str]:
+        """The (primary, secondary) provider names of a channel; secondary may be empty."""
+        name = channel.value
+        return str(getattr(self, f"{name}_primary")), str(getattr(self, f"{name}_secondary"))
+
+    def delay_topics(self, source_topic: str) -> dict[int, str]:
+        """Delay step (ms) -> the delay topic of a channel topic for that step."""
+        return {
+            step: self.delay_topic_template.format(topic=source_topic, step=format_step(step))
+            for step in self.retry_policy().steps()
+        }
