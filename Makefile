@@ -18,13 +18,15 @@ setup: system-packages venv jars
 # Servers and tools the tests run, from Debian's packages, installed only where missing:
 # PostgreSQL (initdb/pg_ctl start a throwaway cluster for the shared status store's tests),
 # promtool (package prometheus: alert rules) and docker-compose (validates docker-compose.yml
-# without an engine). Installing needs root (or password-less sudo).
+# without an engine) and redis-server (the Redis-backed engine and the benchmark's Redis peer).
+# Installing needs root (or password-less sudo).
 PG_BINARIES := $(wildcard /usr/lib/postgresql/*/bin/initdb)
 system-packages:
 	@missing=""; \
 	command -v initdb >/dev/null 2>&1 || [ -n "$(PG_BINARIES)" ] || missing="$$missing postgresql"; \
 	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
 	command -v docker-compose >/dev/null 2>&1 || missing="$$missing docker-compose"; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then sudo=""; \
 	  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo="sudo"; \

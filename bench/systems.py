@@ -21,6 +21,7 @@ from typing import Any
 from bench.measure import Parser, avro_parser, json_parser
 from bench.peers.common import prefixed_topics
 from harness.cluster import LocalCluster
+from harness.local_redis import redis_command
 from harness.ports import free_port
 from operators.metric_names import (
     ACCEPTED,
@@ -432,11 +433,6 @@ class Loop(PythonPeer):
         source = ("Redis used_memory growth" if self.store == "redis"
                   else "sys.getsizeof of dict, entries, heap")
         return {"state_bytes": stats.get("state_bytes"), "state_source": source, "peer_stats": stats}
-
-
-def redis_command(port: int, work: Path) -> list[str]:
-    return ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(work),
-            "--save", "", "--appendonly", "yes", "--appendfsync", "everysec", "--protected-mode", "yes"]
 
 
 def wait_port(port: int, timeout_s: float, proc: Proc) -> None:

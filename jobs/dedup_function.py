@@ -9,8 +9,9 @@ and routes and encodes every output record. Per shard it keeps, in RocksDB keyed
 - ``entries``: dedup key -> its latest accepted request (notification id, t0, W0, occurrences);
 - ``log_new`` / ``log_old``: ``(expiry, key, fresh)`` of every accepted key, newest first in
   ``log_new``; the eviction index and the Bloom filter's delta in one append-only list;
-- ``bloom_segments``: the shard's Bloom filter as of the last fold of ``log_new`` into
-  ``log_old``, so a restored or rescaled job rebuilds it exactly on first touch;
+- ``bloom_segments``: the shard's Bloom filter (one entry) as of the last fold of ``log_new`` into
+  ``log_old``, so a restored or rescaled job rebuilds it exactly on first touch; the filter is
+  rebuilt for the keys that stay at each eviction, and at once when it outgrows its size;
 - ``meta`` and ``watermark_floor``: the segment size, keys held, and the highest watermark seen.
 
 Eviction is driven by event time: a timer per shard and eviction grain compacts the log once the
@@ -30,6 +31,7 @@ from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
 
 from operators.contract import Column, contract
+from operators.bloom import ShardFilter
 from operators.dedup import DedupOptions, ShardMemory, decide_batch, evict, rebuild_memory
 from operators.metric_names import (
     BLOOM_BITS,
@@ -68,7 +70,9 @@ _BATCH = {c.name: i + 1 for i, c in enumerate(contract().batch_columns)}
 #: cannot read a missing map entry), so composite state values are declared as pickled bytes.
 _PICKLED = Types.PICKLED_BYTE_ARRAY()
 #: version of the filter snapshot layout; another version is rebuilt from the entries
-BLOOM_FORMAT = 2
+BLOOM_FORMAT = 3
+#: the one key of the bloom_segments map (the state name is kept from the segmented filter)
+_FILTER = 0
 #: records, and seconds, between two refreshes of the Bloom level metrics (a refresh counts the
 #: set bits of every filter of the subtask)
 LEVELS_EVERY = 1_000
@@ -155,13 +159,11 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
             return state
         meta = self._meta.value() or {}
         floor = self._floor_state.value()
-        if meta.get("span") == self._o.bloom.span_ms and meta.get("format") == BLOOM_FORMAT:
-            memory = ShardMemory.empty(self._o.bloom)
-            memory.held = int(meta.get("held", 0))
-            for seg, data in self._bloom_segments.items():
-                memory.bloom.load_segment(seg, data)
-            for exp, key, fresh in self._log_new.get() or ():
-                memory.remember(key, exp, bool(fresh))
+        saved = self._bloom_segments.get(_FILTER) if meta.get("format") == BLOOM_FORMAT else None
+        if saved is not None:
+            memory = ShardMemory(ShardFilter.load(self._o.bloom, saved), held=int(meta.get("held", 0)))
+            for _, key, fresh in self._log_new.get() or ():
+                memory.remember(key, bool(fresh))
                 memory.pending += 1
         else:  # no snapshot, or one with another segment size: rebuild from the entries
             memory, log = rebuild_memory(((k, Accepted(*v)) for k, v in self._entries.items()), self._o)
@@ -175,15 +177,12 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
         return state
 
     def _snapshot(self, memory: ShardMemory) -> None:
-        """Write the filter's changed segments (and drop dead ones); the log is folded already."""
-        live = set(memory.bloom.segment_ids())
-        for seg in [s for s in self._bloom_segments.keys() if s not in live]:
-            self._bloom_segments.remove(seg)
-        for seg in memory.dirty & live:
-            self._bloom_segments.put(seg, memory.bloom.save_segment(seg))
-        memory.dirty = set()
+        """Write the filter, if it changed; the log is folded already."""
+        if memory.dirty:
+            self._bloom_segments.put(_FILTER, memory.bloom.save())
+            memory.dirty = False
         memory.pending = 0
-        self._meta.update({"span": self._o.bloom.span_ms, "format": BLOOM_FORMAT, "held": memory.held})
+        self._meta.update({"format": BLOOM_FORMAT, "held": memory.held})
 
     def _fold(self, memory: ShardMemory) -> None:
         """Move log_new into log_old and write the filter's changed segments."""
@@ -191,6 +190,14 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
         if fresh:
             self._log_old.add_all(fresh)
             self._log_new.clear()
+        self._snapshot(memory)
+
+    def _refilter(self, memory: ShardMemory) -> None:
+        """The filter outgrew its size: a new one for the shard's live keys, from its log."""
+        log = [*(self._log_old.get() or ()), *(self._log_new.get() or ())]
+        memory.refilter((key for _, key, _ in log), self._o.bloom)
+        self._log_old.update(log)
+        self._log_new.clear()
         self._snapshot(memory)
 
     def _watermark(self, state: _Shard, current: int) -> int:
@@ -225,7 +232,9 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
             )
         if result.logged:
             self._log_new.add_all(result.logged)
-            if state.memory.pending >= self._o.fold_every:
+            if state.memory.bloom.full():
+                self._refilter(state.memory)
+            elif state.memory.pending >= self._o.fold_every:
                 self._fold(state.memory)
         for fire_at in result.timers:
             self._schedule(ctx, shard, fire_at)
@@ -279,7 +288,7 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
             self._levels[KEYS_HELD].add(-len(gone.evicted))
         self._log_old.update(gone.survivors)
         self._log_new.clear()
-        state.memory.bloom.expire(timestamp)
+        state.memory.refilter((key for _, key, _ in gone.survivors), self._o.bloom)
         self._snapshot(state.memory)
         self._report_levels()
         return iter(())

@@ -11,7 +11,7 @@ State per shard (kept by the adapter in RocksDB keyed state):
 
 - entries: dedup key -> its latest accepted request (:class:`~operators.window.Accepted`);
 - the eviction log: ``(expiry, key, fresh)`` of every acceptance, the Bloom filter's delta too;
-- the Bloom filter's segments as of its last snapshot, and how many keys the shard holds.
+- the Bloom filter as of its last snapshot, and how many keys the shard holds.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from operators.bloom import BloomConfig, SegmentedBloom
+from operators.bloom import BloomConfig, ShardFilter
 from operators.contract import contract
 from operators.dedup_key import key_hash
 from operators.metric_names import DECISION_COUNTERS
@@ -42,7 +42,8 @@ class DedupOptions:
     :param bloom: sizing of each shard's prefilter
     :param eviction_grain_ms: state is evicted at most this long after its end (a timer per
         shard and grain, not per key)
-    :param fold_every: acceptances per shard between two snapshots of its Bloom filter
+    :param fold_every: acceptances per shard between two snapshots of its Bloom filter (the log
+        holds those since, to replay into the filter on restore)
     """
 
     window: WindowConfig
@@ -70,21 +71,28 @@ class ShardMemory:
     :param bloom: the prefilter
     :param held: keys the shard holds in state
     :param pending: acceptances logged since the filter's last snapshot
-    :param dirty: segments changed since the last snapshot
+    :param dirty: the filter changed since its last snapshot
     """
 
-    bloom: SegmentedBloom
+    bloom: ShardFilter
     held: int = 0
     pending: int = 0
-    dirty: set[int] = field(default_factory=set)
+    dirty: bool = False
 
     @classmethod
     def empty(cls, cfg: BloomConfig) -> ShardMemory:
-        return cls(SegmentedBloom(cfg))
+        return cls(ShardFilter(cfg))
 
-    def remember(self, key: str, exp: int, fresh: bool) -> None:
-        self.dirty.add(self.bloom.add(key_hash(key), exp))
+    def remember(self, key: str, fresh: bool) -> None:
+        self.bloom.add(key_hash(key))
+        self.dirty = True
         self.held += fresh
+
+    def refilter(self, keys: Iterable[str], cfg: BloomConfig) -> None:
+        """A new filter of exactly these keys (the shard's live ones), sized for them."""
+        distinct = set(keys)
+        self.bloom = ShardFilter.build(cfg, (key_hash(k) for k in distinct), len(distinct))
+        self.dirty = True
 
 
 @dataclass(slots=True)
@@ -186,7 +194,8 @@ def decide_batch(
         counts["accepted"] += 1
         exp = expiry(decision.state, window)
         fresh = entry is None
-        memory.dirty.add(memory.bloom.add(hashed, exp))
+        memory.bloom.add(hashed)
+        memory.dirty = True
         memory.held += fresh
         counts["fresh"] += fresh
         logged.append((exp, key, int(fresh)))
@@ -229,11 +238,8 @@ def evict(log: Iterable[LogItem], store: ShardStore, timestamp: int, window: Win
 
 def rebuild_memory(entries: Iterable[tuple[str, Accepted]], opts: DedupOptions) -> tuple[ShardMemory, list[LogItem]]:
     """A shard's memory and eviction log rebuilt from its entries alone (no usable filter snapshot)."""
+    log = [(expiry(stored, opts.window), key, 1) for key, stored in entries]
     memory = ShardMemory.empty(opts.bloom)
-    log: list[LogItem] = []
-    for key, stored in entries:
-        exp = expiry(stored, opts.window)
-        memory.remember(key, exp, fresh=True)
-        log.append((exp, key, 1))
-    memory.dirty = set(memory.bloom.segment_ids())
+    memory.refilter((key for _, key, _ in log), opts.bloom)
+    memory.held = len(log)
     return memory, log

@@ -30,9 +30,11 @@ class DedupSettings(Section):
     :param invalid_raw_prefix_bytes: how many bytes of a rejected record its InvalidRecord keeps
         (with the record's length and SHA-256)
     :param shards: keyed-state shards the dedup keys are spread over (the key of key_by)
-    :param bloom_expected_keys: keys the whole job is expected to hold over one default window
+    :param bloom_expected_keys: keys the whole job is expected to hold over one default window: a
+        shard's first filter is sized for its share; later ones for the keys the shard holds
     :param bloom_fp_rate: target false-positive rate of the prefilter
-    :param bloom_segments_per_window: event-time segments one default window is split into
+    :param bloom_growth: a shard's filter is rebuilt at each eviction with room for this many
+        times the keys it holds (1.2: about 11.5 bits per key held at 1%)
     :param bloom_snapshot_every: keys added to a shard between two snapshots of its filter
     :param batch_max_requests: requests buffered (over all shards of a subtask) before they go to
         the Python dedup operator as one mini-batch per shard
@@ -56,7 +58,7 @@ class DedupSettings(Section):
     shards: int = 128
     bloom_expected_keys: int = 1_000_000
     bloom_fp_rate: float = 0.01
-    bloom_segments_per_window: int = 4
+    bloom_growth: float = 1.2
     bloom_snapshot_every: int = 512
     batch_max_requests: int = 2_000
     batch_max_bytes: int = 4 * 1024 * 1024
@@ -83,12 +85,8 @@ class DedupSettings(Section):
         return min(3_600, max(1, self.default_window_sec // 256)) * 1000
 
     def bloom_config(self) -> BloomConfig:
-        # whole eviction grains, so a segment is dropped only after every key in it was evicted
-        grain = self.eviction_grain_ms()
-        span = max(1, -(-self.default_window_sec * 1000 // self.bloom_segments_per_window // grain)) * grain
         return BloomConfig(
-            expected_keys=max(1, self.bloom_expected_keys // self.shards),
+            initial_keys=max(64, self.bloom_expected_keys // self.shards),
             fp_rate=self.bloom_fp_rate,
-            span_ms=span,
-            segments_per_window=self.bloom_segments_per_window,
+            growth=self.bloom_growth,
         )

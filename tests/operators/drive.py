@@ -30,7 +30,7 @@ class DictStore:
 
 
 def options(cfg: WindowConfig, grain_ms: int = 1) -> DedupOptions:
-    bloom = BloomConfig(expected_keys=64, fp_rate=0.01, span_ms=max(grain_ms, 1_000), segments_per_window=4)
+    bloom = BloomConfig(initial_keys=8, fp_rate=0.01)
     return DedupOptions(window=cfg, bloom=bloom, eviction_grain_ms=grain_ms, fold_every=512)
 
 
@@ -60,7 +60,7 @@ class Driver:
                     del self.stores[s].entries[key]
                 self.memories[s].held -= len(gone.evicted)
                 self.logs[s] = gone.survivors
-                self.memories[s].bloom.expire(fire_at)
+                self.memories[s].refilter((k for _, k, _ in gone.survivors), self.opts.bloom)
 
     def run(self, stream: Iterable[tuple[NotificationRequest, int]]) -> list[Summary]:
         items = list(stream)
@@ -91,6 +91,8 @@ class Driver:
                 )
                 self.stores[s].entries.update(result.written)
                 self.logs[s] += result.logged
+                if self.memories[s].bloom.full():  # as the adapter does: a new filter from the log
+                    self.memories[s].refilter((k for _, k, _ in self.logs[s]), self.opts.bloom)
                 self.timers[s] |= result.timers
                 v = result.verdicts
                 for n, k in enumerate(idx):

@@ -344,39 +344,23 @@ def test_secret_never_serializes_to_its_value(caplog: pytest.LogCaptureFixture) 
 
 
 @settings(max_examples=200, deadline=None)
-@given(
-    st.integers(1, 90 * 86_400),
-    st.integers(1, 1_000),
-    st.integers(1, 10**9),
-    st.integers(1, 4_096),
-)
-def test_bloom_span_is_whole_seconds(default_window_sec: int, segments: int, keys: int, shards: int) -> None:
-    dedup = DedupSettings(
-        default_window_sec=default_window_sec,
-        bloom_segments_per_window=segments,
-        bloom_expected_keys=keys,
-        shards=shards,
-    )
-    bloom = dedup.bloom_config()
+@given(st.integers(1, 90 * 86_400), st.integers(1, 10**9), st.integers(1, 4_096))
+def test_eviction_grain_and_bloom_sizing(default_window_sec: int, keys: int, shards: int) -> None:
+    dedup = DedupSettings(default_window_sec=default_window_sec, bloom_expected_keys=keys, shards=shards)
     grain = dedup.eviction_grain_ms()
     assert grain % 1_000 == 0 and 1_000 <= grain <= 3_600_000
-    # whole eviction grains, so a segment is only dropped once every key in it was evicted
-    assert bloom.span_ms % grain == 0
-    assert bloom.span_ms >= 1_000
-    # the segments cover the default window, rounded up to the grain
-    assert bloom.span_ms * segments >= default_window_sec * 1_000
-    assert bloom.span_ms < max(default_window_sec * 1_000 / segments, 1_000) + grain
-    assert bloom.expected_keys == max(1, keys // shards)
-    assert bloom.segments_per_window == segments
+    bloom = dedup.bloom_config()
+    assert bloom.initial_keys == max(64, keys // shards)
+    assert bloom.capacity_for(10_000) == max(bloom.initial_keys, 12_000)
 
 
 def test_bloom_config_defaults() -> None:
     dedup = DedupSettings()
     bloom = dedup.bloom_config()
     assert dedup.eviction_grain_ms() == 604_800 // 256 * 1000  # 39 min 22 s: 1/256 of 7 days
-    assert bloom.span_ms == 65 * dedup.eviction_grain_ms()  # 42 h 38 min >= 7 days / 4
-    assert bloom.expected_keys == 1_000_000 // 128
+    assert bloom.initial_keys == 1_000_000 // 128
     assert bloom.fp_rate == 0.01
+    assert bloom.growth == 1.2
 
 
 def test_checkpoint_paths(tmp_path: Path) -> None:
