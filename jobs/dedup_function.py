@@ -30,8 +30,8 @@ from pyflink.common.typeinfo import RowTypeInfo, TypeInformation, Types
 from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
 
-from operators.contract import Column, contract
 from operators.bloom import ShardFilter
+from operators.contract import Column, contract
 from operators.dedup import DedupOptions, ShardMemory, decide_batch, evict, rebuild_memory
 from operators.metric_names import (
     BLOOM_BITS,
