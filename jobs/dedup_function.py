@@ -123,8 +123,7 @@ class _Entries:
         self._state = state
 
     def get(self, key: str) -> Accepted | None:
-        stored = self._state.get(key)
-        return None if stored is None else Accepted(*stored)
+        return self._state.get(key)  # the stored tuple (notification id, t0, W0, occurrences)
 
 
 class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
@@ -161,7 +160,7 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
         floor = self._floor_state.value()
         saved = self._bloom_segments.get(_FILTER) if meta.get("format") == BLOOM_FORMAT else None
         if saved is not None:
-            memory = ShardMemory(ShardFilter.load(self._o.bloom, saved), held=int(meta.get("held", 0)))
+            memory = ShardMemory(ShardFilter.load(self._o.bloom, saved), held=int(meta.get("held", 0)), hashes=None)
             for _, key, fresh in self._log_new.get() or ():
                 memory.remember(key, bool(fresh))
                 memory.pending += 1
@@ -192,13 +191,13 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
             self._log_new.clear()
         self._snapshot(memory)
 
-    def _refilter(self, memory: ShardMemory) -> None:
-        """The filter outgrew its size: a new one for the shard's live keys, from its log."""
-        log = [*(self._log_old.get() or ()), *(self._log_new.get() or ())]
-        memory.refilter((key for _, key, _ in log), self._o.bloom)
-        self._log_old.update(log)
-        self._log_new.clear()
-        self._snapshot(memory)
+    def _grow(self, memory: ShardMemory) -> None:
+        """The filter outgrew its size: a new one, from the key hashes in memory (after a restore,
+        once, from the shard's log), written with the log folded."""
+        if not memory.grow(self._o.bloom):
+            log = [*(self._log_old.get() or ()), *(self._log_new.get() or ())]
+            memory.refilter((key for _, key, _ in log), self._o.bloom)
+        self._fold(memory)
 
     def _watermark(self, state: _Shard, current: int) -> int:
         """The watermark, never lower than one this shard saw before a restore (a floor kept in
@@ -218,6 +217,7 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
         state = self._shard(shard, ctx)
         result = decide_batch(
             dedup_keys=batch[_BATCH["dedup_key"]],
+            key_hashes=batch[_BATCH["key_hash"]],
             event_times=batch[_BATCH["event_time"]],
             notification_ids=batch[_BATCH["notification_id"]],
             ttls=batch[_BATCH["dedup_ttl_sec"]],
@@ -227,13 +227,11 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
             opts=self._o,
         )
         if result.written:
-            self._entries.put_all(
-                {k: (a.notification_id, a.event_time, a.window_ms, a.occurrences) for k, a in result.written.items()}
-            )
+            self._entries.put_all({k: tuple(a) for k, a in result.written.items()})
         if result.logged:
             self._log_new.add_all(result.logged)
             if state.memory.bloom.full():
-                self._refilter(state.memory)
+                self._grow(state.memory)
             elif state.memory.pending >= self._o.fold_every:
                 self._fold(state.memory)
         for fire_at in result.timers:

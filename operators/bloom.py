@@ -28,6 +28,7 @@ def _identity(item: int) -> int:
     return item
 
 
+
 @dataclass(frozen=True, slots=True)
 class BloomConfig:
     """Sizing of one shard's prefilter.
@@ -51,7 +52,9 @@ class BloomConfig:
 
 
 class ShardFilter:
-    """One shard's filter: items are stable 128-bit key hashes (``operators.dedup_key.key_hash``)."""
+    """One shard's filter: items are stable 64-bit key hashes (``operators.dedup_key.key_hash``),
+    given to rbloom as they are (it derives its bit positions from the item by an LCG: the measured
+    false-positive rate is the configured one, tests/operators/test_bloom.py)."""
 
     __slots__ = ("_cfg", "_bloom", "_capacity", "_count")
 

@@ -16,6 +16,7 @@ State per shard (kept by the adapter in RocksDB keyed state):
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -24,7 +25,7 @@ from operators.bloom import BloomConfig, ShardFilter
 from operators.contract import contract
 from operators.dedup_key import key_hash
 from operators.metric_names import DECISION_COUNTERS
-from operators.window import Accepted, LatePolicy, Verdict, WindowConfig, decide, expiry, is_late, window_ms
+from operators.window import MIN_WINDOW_MS, NO_WATERMARK, Accepted, LatePolicy, WindowConfig, expiry
 
 ACCEPTED = contract().outcome("accepted")
 DUPLICATE = contract().outcome("duplicate")
@@ -72,27 +73,46 @@ class ShardMemory:
     :param held: keys the shard holds in state
     :param pending: acceptances logged since the filter's last snapshot
     :param dirty: the filter changed since its last snapshot
+    :param hashes: the key hashes in the filter (8 bytes each), to rebuild it larger without
+        reading state; None after a restore until the shard's log is read once
     """
 
     bloom: ShardFilter
     held: int = 0
     pending: int = 0
     dirty: bool = False
+    hashes: array[int] | None = field(default_factory=lambda: array("q"))
 
     @classmethod
     def empty(cls, cfg: BloomConfig) -> ShardMemory:
         return cls(ShardFilter(cfg))
 
     def remember(self, key: str, fresh: bool) -> None:
-        self.bloom.add(key_hash(key))
+        self.add(key_hash(key), fresh)
+
+    def add(self, hashed: int, fresh: bool) -> None:
+        self.bloom.add(hashed)
+        if self.hashes is not None:
+            self.hashes.append(hashed)
         self.dirty = True
         self.held += fresh
 
     def refilter(self, keys: Iterable[str], cfg: BloomConfig) -> None:
         """A new filter of exactly these keys (the shard's live ones), sized for them."""
-        distinct = set(keys)
-        self.bloom = ShardFilter.build(cfg, (key_hash(k) for k in distinct), len(distinct))
+        self.rehash(array("q", {key_hash(k) for k in keys}), cfg)
+
+    def rehash(self, hashes: array[int], cfg: BloomConfig) -> None:
+        """A new filter of these distinct key hashes, sized for them."""
+        self.bloom = ShardFilter.build(cfg, hashes, len(hashes))
+        self.hashes = hashes
         self.dirty = True
+
+    def grow(self, cfg: BloomConfig) -> bool:
+        """The filter outgrew its size: rebuild it from the hashes in memory (False: not in memory)."""
+        if self.hashes is None:
+            return False
+        self.rehash(array("q", set(self.hashes)), cfg)
+        return True
 
 
 @dataclass(slots=True)
@@ -146,6 +166,7 @@ COUNTS = (*DECISION_COUNTERS, "fresh")
 def decide_batch(
     *,
     dedup_keys: Sequence[str],
+    key_hashes: Sequence[int],
     event_times: Sequence[int],
     notification_ids: Sequence[str],
     ttls: Sequence[int | None],
@@ -159,49 +180,74 @@ def decide_batch(
     A request behind the watermark (less the allowed lateness) is late, and with the side-output
     policy leaves state alone. Otherwise the prefilter says whether the key may be in state; only
     a "maybe" reads it (a key written earlier in the same batch is read from the batch). The
-    window rule decides new or duplicate; a new request is remembered (entry, log, filter, timer).
+    window rule (``operators.window``: ``is_late``, ``window_ms``, ``is_duplicate``, ``expiry``,
+    spelled out here, on plain tuples, because this loop runs for every request) decides new or
+    duplicate; a new request is remembered (entry, log, filter, timer).
     """
     window = opts.window
-    verdicts = Verdicts()
+    default_w, max_w, lateness = window.default_window_ms, window.max_window_ms, window.allowed_lateness_ms
+    late_before = watermark - lateness if window.late_policy == LatePolicy.SIDE_OUTPUT else NO_WATERMARK
+    if watermark == NO_WATERMARK:
+        late_before = NO_WATERMARK
+    grain = opts.eviction_grain_ms
+    outcome: list[int] = []
+    original_id: list[str | None] = []
+    first_seen: list[int | None] = []
+    occurrence: list[int | None] = []
+    late_at: list[int | None] = []
     written: dict[str, Accepted] = {}
     logged: list[LogItem] = []
     timers: set[int] = set()
-    counts = dict.fromkeys(COUNTS, 0)
-    side_output = window.late_policy == LatePolicy.SIDE_OUTPUT
+    late = reads = skipped = false_positives = duplicates = fresh_keys = 0
+    contains = memory.bloom.might_contain
+    read = store.get
     for i, key in enumerate(dedup_keys):
-        event_time = event_times[i]
-        if side_output and is_late(event_time, watermark, window):
-            counts["late"] += 1
-            verdicts.add(LATE, watermark=watermark)
+        t = event_times[i]
+        if t < late_before:
+            late += 1
+            outcome.append(LATE)
+            original_id.append(None)
+            first_seen.append(None)
+            occurrence.append(None)
+            late_at.append(watermark)
             continue
-        hashed = key_hash(key)
-        entry: Accepted | None = None
-        if memory.bloom.might_contain(hashed):
-            counts["state_reads"] += 1
-            entry = written.get(key) or store.get(key)
+        hashed = key_hashes[i]
+        entry = None
+        if contains(hashed):
+            reads += 1
+            entry = written.get(key) or read(key)
             if entry is None:
-                counts["bloom_false_positives"] += 1
+                false_positives += 1
         else:
-            counts["state_reads_skipped"] += 1
-        decision = decide(
-            entry, notification_id=notification_ids[i], event_time=event_time, window=window_ms(ttls[i], window)
-        )
-        written[key] = decision.state
-        if decision.verdict is Verdict.DUPLICATE:
-            counts["duplicates"] += 1
-            verdicts.add(DUPLICATE, original=decision.state)
+            skipped += 1
+        if entry is not None and -entry[2] < t - entry[1] < entry[2]:  # |t - t0| < W0
+            duplicates += 1
+            written[key] = entry = Accepted(entry[0], entry[1], entry[2], entry[3] + 1)
+            outcome.append(DUPLICATE)
+            original_id.append(entry[0])
+            first_seen.append(entry[1])
+            occurrence.append(entry[3])
+            late_at.append(None)
             continue
-        counts["accepted"] += 1
-        exp = expiry(decision.state, window)
+        ttl = ttls[i]
+        w = default_w if ttl is None else min(max(ttl * 1000, MIN_WINDOW_MS), max_w)
+        written[key] = Accepted(notification_ids[i], t, w)
+        exp = t + w + lateness
         fresh = entry is None
-        memory.bloom.add(hashed)
-        memory.dirty = True
-        memory.held += fresh
-        counts["fresh"] += fresh
+        memory.add(hashed, fresh)
+        fresh_keys += fresh
         logged.append((exp, key, int(fresh)))
-        timers.add(opts.timer_for(exp))
-        verdicts.add(ACCEPTED)
+        timers.add(-(-exp // grain) * grain)
+        outcome.append(ACCEPTED)
+        original_id.append(None)
+        first_seen.append(None)
+        occurrence.append(None)
+        late_at.append(None)
     memory.pending += len(logged)
+    # in the order of DECISION_COUNTERS (operators/metric_names.py), then the keys new to state
+    values = (len(logged), duplicates, late, reads, skipped, false_positives, fresh_keys)
+    counts = dict(zip(COUNTS, values, strict=True))
+    verdicts = Verdicts(outcome, original_id, first_seen, occurrence, late_at)
     return BatchResult(verdicts, written, logged, timers, counts)
 
 

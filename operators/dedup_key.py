@@ -78,9 +78,7 @@ def _utf16_units(text: str) -> list[int]:
 
 
 def key_hash(dedup_key: str) -> int:
-    """A stable, signed 128-bit hash of the key: the Bloom filter's item.
-
-    Stable across processes and restarts (unlike ``hash()``), so a saved filter stays valid.
+    """The dedup key's stable 64-bit hash: the first 8 bytes of its SHA-256 (UTF-8), big-endian,
+    signed. The JVM computes the same (Keys.keyHash) for every request; the Bloom prefilter's item.
     """
-    digest = hashlib.blake2b(dedup_key.encode("utf-8"), digest_size=16).digest()
-    return int.from_bytes(digest, "little", signed=True)
+    return int.from_bytes(hashlib.sha256(dedup_key.encode("utf-8")).digest()[:8], "big", signed=True)

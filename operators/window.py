@@ -10,8 +10,9 @@ the watermark passes ``t0 + W0 + allowed lateness``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 MIN_WINDOW_MS = 1_000
 DAY_MS = 86_400_000
@@ -41,32 +42,13 @@ class WindowConfig:
     late_policy: LatePolicy = LatePolicy.SIDE_OUTPUT
 
 
-@dataclass(frozen=True, slots=True)
-class Accepted:
-    """What state keeps for a dedup key: its latest accepted request."""
+class Accepted(NamedTuple):
+    """What state keeps for a dedup key: its latest accepted request (a tuple, as it is stored)."""
 
     notification_id: str
     event_time: int
     window_ms: int
     occurrences: int = 1
-
-
-class Verdict(StrEnum):
-    NEW = "new"
-    DUPLICATE = "duplicate"
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """A request against its key's state.
-
-    :param state: the key's state after this request: the new request for a new one, the original
-        with this repeat counted (``occurrences``) for a duplicate, which is also what the
-        duplicate notice names
-    """
-
-    verdict: Verdict
-    state: Accepted
 
 
 def window_ms(dedup_ttl_sec: int | None, cfg: WindowConfig) -> int:
@@ -89,11 +71,3 @@ def expiry(entry: Accepted, cfg: WindowConfig) -> int:
 
 def is_duplicate(entry: Accepted | None, event_time: int) -> bool:
     return entry is not None and abs(event_time - entry.event_time) < entry.window_ms
-
-
-def decide(entry: Accepted | None, *, notification_id: str, event_time: int, window: int) -> Decision:
-    """Classify one on-time request against its key's state (lateness is decided before)."""
-    if is_duplicate(entry, event_time):
-        assert entry is not None
-        return Decision(Verdict.DUPLICATE, replace(entry, occurrences=entry.occurrences + 1))
-    return Decision(Verdict.NEW, Accepted(notification_id, event_time, window))

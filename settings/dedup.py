@@ -18,6 +18,9 @@ class DedupSettings(Section):
     :param allowed_lateness_ms: how far behind the watermark a request is still on time
     :param late_policy: side-output (late requests only to the late topic) or best-effort
     :param out_of_orderness_ms: watermark = newest event time of a partition minus this
+    :param watermark_interval_ms: how often the sources emit a watermark; every one closes the
+        mini-batches into Python, so a longer interval means fewer, larger calls (and lateness
+        judged on a watermark up to this much older)
     :param idleness_ms: a partition with no records for this long stops holding the watermark
     :param max_future_ms: a request whose event time is more than this far ahead of the wall clock
         is invalid and never moves the watermark (the clock skew tolerated between producers and
@@ -30,8 +33,10 @@ class DedupSettings(Section):
     :param invalid_raw_prefix_bytes: how many bytes of a rejected record its InvalidRecord keeps
         (with the record's length and SHA-256)
     :param shards: keyed-state shards the dedup keys are spread over (the key of key_by)
-    :param bloom_expected_keys: keys the whole job is expected to hold over one default window: a
-        shard's first filter is sized for its share; later ones for the keys the shard holds
+    :param bloom_expected_keys: keys the whole job is expected to hold at first: a shard's first
+        filter is sized for its share; later ones for the keys the shard holds (a filter that
+        fills up is rebuilt larger at once), so a low estimate costs a few rebuilds, a high one
+        memory until the first eviction
     :param bloom_fp_rate: target false-positive rate of the prefilter
     :param bloom_growth: a shard's filter is rebuilt at each eviction with room for this many
         times the keys it holds (1.2: about 11.5 bits per key held at 1%)
@@ -49,6 +54,7 @@ class DedupSettings(Section):
     late_policy: str = LatePolicy.SIDE_OUTPUT.value
     out_of_orderness_ms: int = 60_000
     idleness_ms: int = 30_000
+    watermark_interval_ms: int = 1_000
     max_future_ms: int = 5 * 60_000
     max_record_bytes: int = 64 * 1024
     max_field_bytes: int = 512
@@ -56,11 +62,11 @@ class DedupSettings(Section):
     max_param_bytes: int = 4 * 1024
     invalid_raw_prefix_bytes: int = 4 * 1024
     shards: int = 128
-    bloom_expected_keys: int = 1_000_000
+    bloom_expected_keys: int = 131_072
     bloom_fp_rate: float = 0.01
     bloom_growth: float = 1.2
     bloom_snapshot_every: int = 512
-    batch_max_requests: int = 2_000
+    batch_max_requests: int = 8_000
     batch_max_bytes: int = 4 * 1024 * 1024
     batch_max_delay_ms: int = 50
 

@@ -92,7 +92,12 @@ def restarts(cfg: Settings) -> Conf:
 
 def parallelism(cfg: Settings) -> Conf:
     f = cfg.flink
-    return {"parallelism.default": f.parallelism, "pipeline.max-parallelism": f.max_parallelism}
+    return {
+        "parallelism.default": f.parallelism,
+        "pipeline.max-parallelism": f.max_parallelism,
+        # each watermark closes the mini-batches into Python: fewer, larger calls
+        "pipeline.auto-watermark-interval": duration(cfg.dedup.watermark_interval_ms),
+    }
 
 
 def python_job(cfg: Settings) -> Conf:

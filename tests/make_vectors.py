@@ -15,7 +15,14 @@ from typing import Any
 
 from harness.reference import request_record
 from operators import codec
-from operators.dedup_key import canonical_json, derive_dedup_key, message_key, resolve_dedup_key, shard_of
+from operators.dedup_key import (
+    canonical_json,
+    derive_dedup_key,
+    key_hash,
+    message_key,
+    resolve_dedup_key,
+    shard_of,
+)
 from operators.records import Category, Channel, NotificationRequest, Priority, SourcePosition
 from operators.window import Accepted
 from tests import encoders
@@ -68,6 +75,7 @@ def main() -> None:
             for r in reqs
         ],
         "shard": [{"key": k, "shards": n, "shard": shard_of(k, n)} for k in KEYS for n in SHARDS],
+        "key_hash": [{"key": k, "hash": key_hash(k)} for k in KEYS],
         "message_key": [],
         "records": [],
     }

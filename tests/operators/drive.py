@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from harness.reference import Outcome
 from operators.bloom import BloomConfig
 from operators.dedup import ACCEPTED, DUPLICATE, DedupOptions, ShardMemory, decide_batch, evict
-from operators.dedup_key import resolve_dedup_key, shard_of
+from operators.dedup_key import key_hash, resolve_dedup_key, shard_of
 from operators.records import NotificationRequest
 from operators.window import Accepted, WindowConfig
 
@@ -81,6 +81,7 @@ class Driver:
                 reqs = [items[k][0] for k in idx]
                 result = decide_batch(
                     dedup_keys=[resolve_dedup_key(r) for r in reqs],
+                    key_hashes=[key_hash(resolve_dedup_key(r)) for r in reqs],
                     event_times=[r.event_time for r in reqs],
                     notification_ids=[r.notification_id for r in reqs],
                     ttls=[r.dedup_ttl_sec for r in reqs],
@@ -91,8 +92,8 @@ class Driver:
                 )
                 self.stores[s].entries.update(result.written)
                 self.logs[s] += result.logged
-                if self.memories[s].bloom.full():  # as the adapter does: a new filter from the log
-                    self.memories[s].refilter((k for _, k, _ in self.logs[s]), self.opts.bloom)
+                if self.memories[s].bloom.full():  # as the adapter does: a larger filter
+                    self.memories[s].grow(self.opts.bloom)
                 self.timers[s] |= result.timers
                 v = result.verdicts
                 for n, k in enumerate(idx):

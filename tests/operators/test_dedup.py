@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from harness import reference
 from operators.dedup import ACCEPTED, DUPLICATE, LATE, ShardMemory, decide_batch, evict, rebuild_memory
+from operators.dedup_key import key_hash
 from operators.window import NO_WATERMARK, Accepted, LatePolicy, WindowConfig
 from tests.operators.drive import DictStore, Driver, options, summarize
 from tests.operators.strategies import SIDE, cases, req
@@ -52,7 +53,7 @@ def test_one_batch_counts_reads_skips_and_false_positives() -> None:
     opts = options(cfg)
     memory, store = ShardMemory.empty(opts.bloom), DictStore()
     result = decide_batch(
-        dedup_keys=["a", "b", "a", "c"], event_times=[10, 20, 30, 40], notification_ids=["n1", "n2", "n3", "n4"],
+        dedup_keys=["a", "b", "a", "c"], key_hashes=[key_hash(k) for k in "abac"], event_times=[10, 20, 30, 40], notification_ids=["n1", "n2", "n3", "n4"],
         ttls=[None, None, None, None], watermark=NO_WATERMARK, memory=memory, store=store, opts=opts,
     )
     assert result.verdicts.outcome == [ACCEPTED, ACCEPTED, DUPLICATE, ACCEPTED]
@@ -74,7 +75,7 @@ def test_late_requests_carry_the_watermark_and_leave_state_alone() -> None:
     opts = options(cfg)
     memory, store = ShardMemory.empty(opts.bloom), DictStore()
     result = decide_batch(
-        dedup_keys=["a", "b"], event_times=[899, 900], notification_ids=["n1", "n2"], ttls=[None, None],
+        dedup_keys=["a", "b"], key_hashes=[key_hash("a"), key_hash("b")], event_times=[899, 900], notification_ids=["n1", "n2"], ttls=[None, None],
         watermark=1_000, memory=memory, store=store, opts=opts,
     )
     assert result.verdicts.outcome == [LATE, ACCEPTED]

@@ -11,7 +11,14 @@ import pytest
 
 from operators import codec
 from operators.contract import Topics
-from operators.dedup_key import canonical_json, derive_dedup_key, message_key, resolve_dedup_key, shard_of
+from operators.dedup_key import (
+    canonical_json,
+    derive_dedup_key,
+    key_hash,
+    message_key,
+    resolve_dedup_key,
+    shard_of,
+)
 from operators.records import SourcePosition
 from operators.window import Accepted
 from tests import encoders
@@ -32,6 +39,10 @@ def test_canonical_json(v: dict[str, Any]) -> None:
 @pytest.mark.parametrize("v", VECTORS["derived_key"], ids=ids)
 def test_derived_key(v: dict[str, Any]) -> None:
     assert derive_dedup_key(v["user_id"], v["template_id"], v["params"]) == v["key"]
+
+
+def test_key_hash() -> None:
+    assert [key_hash(v["key"]) for v in VECTORS["key_hash"]] == [v["hash"] for v in VECTORS["key_hash"]]
 
 
 def test_shard() -> None:

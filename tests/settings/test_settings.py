@@ -358,7 +358,7 @@ def test_bloom_config_defaults() -> None:
     dedup = DedupSettings()
     bloom = dedup.bloom_config()
     assert dedup.eviction_grain_ms() == 604_800 // 256 * 1000  # 39 min 22 s: 1/256 of 7 days
-    assert bloom.initial_keys == 1_000_000 // 128
+    assert bloom.initial_keys == 131_072 // 128
     assert bloom.fp_rate == 0.01
     assert bloom.growth == 1.2
 

@@ -36,20 +36,23 @@ public final class Keys {
         if (explicit != null && !explicit.isEmpty()) {
             return explicit;
         }
-        MessageDigest sha;
-        try {
-            sha = MessageDigest.getInstance(digest);
-        } catch (NoSuchAlgorithmException e) {
-            throw new IllegalStateException(digest + " is not available", e);
-        }
-        String text = userId + separator + templateId + separator + Canonical.json(params);
-        byte[] d = sha.digest(text.getBytes(StandardCharsets.UTF_8));
+        MessageDigest sha = "SHA-256".equals(digest) ? SHA256.get() : newDigest(digest);
+        Canonical.digestJson(sha, userId + separator + templateId + separator, params);
+        byte[] d = sha.digest();
         char[] out = new char[hexChars];
         for (int i = 0; i < hexChars; i++) {
             int b = d[i / 2];
             out[i] = HEX[(i % 2 == 0 ? b >> 4 : b) & 0xf];
         }
         return new String(out);
+    }
+
+    private static MessageDigest newDigest(String name) {
+        try {
+            return MessageDigest.getInstance(name);
+        } catch (NoSuchAlgorithmException e) {
+            throw new IllegalStateException(name + " is not available", e);
+        }
     }
 
     /** The message key: the contract's parts, in order, joined by its separator. */
@@ -62,6 +65,28 @@ public final class Keys {
             sb.append(parts[i]);
         }
         return sb.toString();
+    }
+
+    private static final ThreadLocal<MessageDigest> SHA256 = ThreadLocal.withInitial(() -> {
+        try {
+            return MessageDigest.getInstance("SHA-256");
+        } catch (NoSuchAlgorithmException e) {
+            throw new IllegalStateException("SHA-256 is not available", e);
+        }
+    });
+
+    /**
+     * The dedup key's 64-bit hash: the first 8 bytes of its SHA-256 (UTF-8), big-endian. Stable
+     * across runs, builds and languages (operators/dedup_key.py key_hash): the Bloom prefilter's
+     * item, computed here so that Python does not hash on its hot path.
+     */
+    public static long keyHash(String key) {
+        byte[] d = SHA256.get().digest(key.getBytes(StandardCharsets.UTF_8));
+        long h = 0;
+        for (int i = 0; i < 8; i++) {
+            h = (h << 8) | (d[i] & 0xff);
+        }
+        return h;
     }
 
     /** Stable, well spread: the same key is in the same shard in every run and build. */

@@ -17,13 +17,17 @@ import java.util.List;
  * {@code boundary.verdicts} entry), and a routed output record.
  */
 public final class Boundary {
-    /** Fields of an {@link #item}: the dedup key, where it was read, the request, or the encoded InvalidRecord. */
+    /**
+     * Fields of an {@link #item}: the dedup key, where it was read, the request, or the encoded
+     * InvalidRecord, and the key's 64-bit hash.
+     */
     static final int KEY = 0;
     static final int TOPIC = 1;
     static final int PARTITION = 2;
     static final int OFFSET = 3;
     static final int REQUEST = 4;
     static final int INVALID = 5;
+    static final int KEY_HASH = 6;
 
     private Boundary() {}
 
@@ -82,11 +86,14 @@ public final class Boundary {
         return row;
     }
 
-    /** A request as it crosses the keyBy: {@code Row(dedup_key, topic, partition, offset, request, invalid)}. */
+    /**
+     * A request as it crosses the keyBy: {@code Row(dedup_key, topic, partition, offset, request,
+     * invalid, key_hash)}.
+     */
     public static TypeInformation<Row> item() {
         return Types.ROW(
                 Types.STRING, Types.STRING, Types.INT, Types.LONG,
-                typeOf(Contract.packaged().request()), Types.PRIMITIVE_ARRAY(Types.BYTE));
+                typeOf(Contract.packaged().request()), Types.PRIMITIVE_ARRAY(Types.BYTE), Types.LONG);
     }
 
     /** {@code Row(shard, item)}: keyed by shard the way PyFlink's keyed operators expect (KeyByKeySelector). */

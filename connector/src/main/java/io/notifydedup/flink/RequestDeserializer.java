@@ -71,14 +71,14 @@ public final class RequestDeserializer implements KafkaRecordDeserializationSche
         if (r.fields == null) {
             byte[] invalid = outputs.invalidRecord(value, limits.invalidRawPrefixBytes(), r.reason, topic, partition, offset);
             int shard = (int) Math.floorMod(offset, (long) shards);
-            return Row.of(shard, Row.of(null, topic, partition, offset, null, invalid));
+            return Row.of(shard, Row.of(null, topic, partition, offset, null, invalid, null));
         }
         Object[] f = r.fields;
         @SuppressWarnings("unchecked")
         Map<String, ?> params = (Map<String, ?>) f[parser.params];
         String key = keys.dedupKey((String) f[explicitKey], (String) f[userId], (String) f[templateId], params);
         Row request = Boundary.row(parser.schema, f);
-        return Row.of(Keys.shardOf(key, shards), Row.of(key, topic, partition, offset, request, null));
+        return Row.of(Keys.shardOf(key, shards), Row.of(key, topic, partition, offset, request, null, Keys.keyHash(key)));
     }
 
     @Override

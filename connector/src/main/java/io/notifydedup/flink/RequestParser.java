@@ -85,7 +85,10 @@ final class RequestParser {
         }
         for (int k = 0; k < limitedFields.length; k++) {
             Object v = f[limitedFields[k]];
-            int bytes = v == null ? 0 : utf8Length((String) v);
+            if (v == null || 3 * ((String) v).length() <= limitedBytes[k]) {
+                continue; // a char is at most 3 UTF-8 bytes (a surrogate pair: 4 for 2 chars)
+            }
+            int bytes = utf8Length((String) v);
             if (bytes > limitedBytes[k]) {
                 return reject(name(limitedFields[k]) + " of " + bytes + " bytes is over the limit of " + limitedBytes[k]
                         + " bytes (dedup.max_field_bytes)");
@@ -110,7 +113,12 @@ final class RequestParser {
                     + " (dedup.max_params)";
         }
         for (Map.Entry<?, ?> e : map.entrySet()) {
-            int bytes = Math.max(utf8Length((String) e.getKey()), utf8Length((String) e.getValue()));
+            String k = (String) e.getKey();
+            String v = (String) e.getValue();
+            if (3 * Math.max(k.length(), v.length()) <= limits.maxParamBytes()) {
+                continue; // a char is at most 3 UTF-8 bytes (a surrogate pair: 4 for 2 chars)
+            }
+            int bytes = Math.max(utf8Length(k), utf8Length(v));
             if (bytes > limits.maxParamBytes()) {
                 return "a params entry of " + bytes + " bytes is over the limit of " + limits.maxParamBytes()
                         + " bytes (dedup.max_param_bytes)";

@@ -45,6 +45,7 @@ public final class RouteOutcomes extends RichFlatMapFunction<Row, Row> implement
     private transient Map<String, Counter> emitted;
     private transient Counter invalidCount;
     private transient String[][] laneTopics; // [lane of the request's priority][channel] -> topic name
+    private transient Counter[][] laneCounters;
     private transient Contract.Topic[][] laneSpecs;
     private transient int accepted;
     private transient int duplicate;
@@ -89,6 +90,7 @@ public final class RouteOutcomes extends RichFlatMapFunction<Row, Row> implement
         List<String> priorities = parser.schema.fields().get(parser.priority).schema.symbols();
         List<String> channels = parser.schema.fields().get(parser.channels).schema.element.symbols();
         laneTopics = new String[priorities.size()][channels.size()];
+        laneCounters = new Counter[priorities.size()][channels.size()];
         laneSpecs = new Contract.Topic[priorities.size()][channels.size()];
         for (int p = 0; p < priorities.size(); p++) {
             String lane = contract.laneOfPriority.get(priorities.get(p));
@@ -98,6 +100,7 @@ public final class RouteOutcomes extends RichFlatMapFunction<Row, Row> implement
             for (int c = 0; c < channels.size(); c++) {
                 laneSpecs[p][c] = contract.channelTopic(channels.get(c), lane);
                 laneTopics[p][c] = topicNames.get(laneSpecs[p][c].role);
+                laneCounters[p][c] = emitted.get(laneTopics[p][c]);
             }
         }
         accepted = contract.outcome("accepted");
@@ -161,8 +164,9 @@ public final class RouteOutcomes extends RichFlatMapFunction<Row, Row> implement
                 for (Object channel : (List<?>) request[parser.channels]) {
                     int c = (Integer) channel;
                     Contract.Topic spec = laneSpecs[priority][c];
-                    emit(out, laneTopics[priority][c], outputs.kafkaKey(spec, request, key),
-                            outputs.channelMessage(request, key, c));
+                    laneCounters[priority][c].inc();
+                    out.collect(Row.of(laneTopics[priority][c], outputs.kafkaKey(spec, request, key),
+                            outputs.channelMessage(request, key, c)));
                 }
             } else if (kind == duplicate) {
                 emit(out, topicNames.get(duplicates.role), outputs.kafkaKey(duplicates, request, key),

@@ -83,6 +83,8 @@ public final class ShardBatcher extends AbstractStreamOperator<Row> implements O
             String name = spec.get(c).name;
             if (name.equals("dedup_key")) {
                 columns[c] = (item, request) -> item.getField(Boundary.KEY);
+            } else if (name.equals("key_hash")) {
+                columns[c] = (item, request) -> item.getField(Boundary.KEY_HASH);
             } else {
                 int field = contract.request().require(name);
                 columns[c] = (item, request) -> request.getField(field);

@@ -80,6 +80,13 @@ class VectorsTest {
     }
 
     @Test
+    void keyHashOfAKey() {
+        for (JsonNode v : vectors.get("key_hash")) {
+            assertEquals(v.get("hash").asLong(), Keys.keyHash(v.get("key").asText()), v.toString());
+        }
+    }
+
+    @Test
     void recordsParsedOnceAndEncoded() {
         for (JsonNode v : vectors.get("records")) {
             byte[] raw = hex(v.get("request_hex"));
@@ -89,6 +96,7 @@ class VectorsTest {
             String key = (String) item.getField(Boundary.KEY);
             assertEquals(v.get("dedup_key").asText(), key);
             assertEquals(Keys.shardOf(key, 128), element.getField(0));
+            assertEquals(Keys.keyHash(key), item.getField(Boundary.KEY_HASH));
             Object[] request = RequestDeserializer.fields(item);
             List<?> channels = (List<?>) request[parser.channels];
             JsonNode messages = v.get("channel_messages");
