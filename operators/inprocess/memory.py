@@ -123,40 +123,32 @@ class MemoryDedup:
     def should_send(self, dedup_key: str, now_ms: int, *, notification_id: str | None = None,
                     ttl_sec: int | None = None) -> bool:
         """True for a new request (send it), False for a repeat within the window."""
-        h = hash(dedup_key)
-        shard = self._shards[h & self._mask]
-        key: object = h if self.hashed else dedup_key
-        with shard.lock:
-            if now_ms > shard.horizon:
-                shard.horizon = now_ms
-            if shard.next_end <= shard.horizon:
-                shard.evict(shard.horizon)
-            entry = shard.entries.get(key)
-            if entry is not None and -entry[2] < now_ms - entry[1] < entry[2]:
-                shard.entries[key] = (entry[0], entry[1], entry[2], entry[3] + 1)
-                return False
-            w = self._default_ms if ttl_sec is None else window_ms(ttl_sec, self.window)
-            shard.remember(key, (None if self.hashed else (notification_id or dedup_key), now_ms, w, 1))
-            return True
+        return self._repeat(dedup_key, notification_id or dedup_key, now_ms, ttl_sec) is None
 
     def check(self, dedup_key: str, notification_id: str, event_time_ms: int, *,
               ttl_sec: int | None = None) -> Check:
         """The rule's verdict on one request, with the original it repeats."""
+        entry = self._repeat(dedup_key, notification_id, event_time_ms, ttl_sec)
+        return _NEW if entry is None else Check(False, entry[0], entry[1], entry[3])
+
+    def _repeat(self, dedup_key: str, notification_id: str, t: int, ttl_sec: int | None) -> _Entry | None:
+        """The original this request repeats (with the repeat counted), or None: it is new, and
+        now the key's latest accepted request."""
         h = hash(dedup_key)
         shard = self._shards[h & self._mask]
         key: object = h if self.hashed else dedup_key
         with shard.lock:
-            if event_time_ms > shard.horizon:
-                shard.horizon = event_time_ms
+            if t > shard.horizon:
+                shard.horizon = t
             if shard.next_end <= shard.horizon:
                 shard.evict(shard.horizon)
             entry = shard.entries.get(key)
-            if entry is not None and abs(event_time_ms - entry[1]) < entry[2]:
+            if entry is not None and -entry[2] < t - entry[1] < entry[2]:  # |t - t0| < W0
                 shard.entries[key] = entry = (entry[0], entry[1], entry[2], entry[3] + 1)
-                return Check(False, entry[0], entry[1], entry[3])
-            shard.remember(key, (None if self.hashed else notification_id, event_time_ms,
-                                 window_ms(ttl_sec, self.window), 1))
-            return _NEW
+                return entry
+            w = self._default_ms if ttl_sec is None else window_ms(ttl_sec, self.window)
+            shard.remember(key, (None if self.hashed else notification_id, t, w, 1))
+            return None
 
     def advance(self, now_ms: int) -> int:
         """Forget, in every shard, each key whose window ended by ``now_ms``; returns how many."""
