@@ -184,3 +184,36 @@ def test_a_key_accepted_again_after_its_window_gets_a_new_message_key_and_both_a
                        "both sent in the store")
     finally:
         store.close()
+
+
+BATCH_BYTES = 16 * 1024
+
+
+def test_mini_batches_into_python_are_bounded_by_bytes(
+    kafka_bootstrap, topic_factory, settings_factory, job_factory
+):
+    """dedup.batch_max_bytes: requests of about 3 KB with a 16 KB bound go into Python at most a
+    few at a time (each batch is one record into the dedup operator), and the output is exact.
+    One shard, so that batches are not split by shard as well."""
+    topics = topic_factory(partitions=1)
+    cfg = settings_factory(topics, dedup={"batch_max_bytes": BATCH_BYTES, "batch_max_delay_ms": 5_000,
+                                          "idleness_ms": 5000, "shards": 1})
+    job = job_factory(cfg)
+    reqs = [req(f"n-{i}", BASE + i, params={"pad": "x" * 3_000, "i": str(i)}) for i in range(300)]
+    produce(kafka_bootstrap, topics.requests, [(r.user_id.encode(), codec.encode_request(r), 0) for r in reqs])
+    wait_for_total(kafka_bootstrap, topics, 300)
+    out = read_outputs(kafka_bootstrap, topics)
+    assert sorted(v["notification_id"] for _, v in out[topics.push]) == sorted(r.notification_id for r in reqs)
+    rest = RestClient(f"http://127.0.0.1:{cfg.flink.rest_port}")
+    job_id = str(job.get_job_id())
+    vertex = next(v for v in rest.call("GET", f"/jobs/{job_id}")["vertices"] if "dedup" in v["name"])
+    deadline = time.monotonic() + 30
+    batches = 0.0
+    while time.monotonic() < deadline:
+        got = rest.call("GET", f"/jobs/{job_id}/vertices/{vertex['id']}/subtasks/metrics?get=dedup.numRecordsIn&agg=sum")
+        batches = float(got[0]["sum"]) if got else 0.0
+        if batches:
+            break
+        time.sleep(1)
+    # 300 requests of ~3 KB under a 16 KB bound: at least 300 * 3 KB / 16 KB batches
+    assert batches >= 300 * 3_000 / BATCH_BYTES
