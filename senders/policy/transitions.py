@@ -16,20 +16,30 @@ from senders.statuses import (
     DeliveryStatus,
 )
 
-Q, SENDING, SENT, DELIVERED, FAILED = (
+Q, SENDING, SENT, DELIVERED, FAILED, SKIPPED, DEFERRED, REJECTED = (
     DeliveryStatus.QUEUED,
     DeliveryStatus.SENDING,
     DeliveryStatus.SENT,
     DeliveryStatus.DELIVERED,
     DeliveryStatus.FAILED,
+    DeliveryStatus.SKIPPED,
+    DeliveryStatus.DEFERRED,
+    DeliveryStatus.REJECTED,
 )
+#: what the send-time rules may decide instead of a provider call
+RULED = frozenset({SKIPPED, DEFERRED, REJECTED})
 
 #: old status (None: no row yet) -> the statuses it may change to
 ALLOWED: Mapping[DeliveryStatus | None, frozenset[DeliveryStatus]] = {
     None: frozenset({Q, SENDING}),
-    Q: frozenset({SENDING}),
+    # a claimed record whose rules say skip, defer or reject goes there in the claim's transaction
+    Q: frozenset({SENDING} | RULED),
     # SENDING -> SENDING: a claim whose lease ran out (its worker died) is taken over
-    SENDING: frozenset({SENDING, SENT, Q, FAILED}),
+    SENDING: frozenset({SENDING, SENT, Q, FAILED} | RULED),
+    # a deferred message, due, is claimed and decided again
+    DEFERRED: frozenset({SENDING} | RULED),
+    SKIPPED: frozenset(),
+    REJECTED: frozenset(),
     # a delivery receipt confirms or, for a bounce, fails a sent message
     SENT: frozenset({DELIVERED, FAILED}),
     DELIVERED: frozenset(),
@@ -52,19 +62,21 @@ class StoredState:
     :param lease_until_ms: a SENDING claim is its worker's until then
     :param unpublished: the latest outcome's records (status, retry or dead letter) may not be in
         Kafka yet; cleared once the transaction that wrote them has committed
+    :param not_before_ms: a DEFERRED message is not decided again before this instant
     """
 
     status: DeliveryStatus
     attempts: int
     lease_until_ms: int = 0
     unpublished: bool = False
+    not_before_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class ClaimDecision:
     action: ClaimAction
     reason: str = ""
-    until_ms: int = 0  # for WAIT
+    until_ms: int = 0  # for WAIT and DEFER
 
 
 def decide_claim(state: StoredState | None, attempt: int, now_ms: int) -> ClaimDecision:
