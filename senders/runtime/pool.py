@@ -301,6 +301,7 @@ def build_pool(
     s = cfg.senders
     metrics = metrics if metrics is not None else Metrics()
     dispatchers = build_dispatchers(cfg, channels, metrics, providers)
+    check_lease(s.lease_ms, _send_deadlines(dispatchers.values()))
     rules = rules_context(cfg, catalog)
     cipher = contact_cipher(cfg)
     clock = {"clock_ms": clock_ms} if clock_ms is not None else {}
@@ -309,7 +310,6 @@ def build_pool(
     topics = HandlerTopics(
         status=s.status_topic, dlq=s.dlq_topic, delay=lambda topic, step: s.delay_topics(topic)[step]
     )
-    check_lease(s.lease_ms, _send_deadlines(dispatchers.values()))
     workers: list[SenderWorker] = []
     for channel in channels:
         for lane in lanes:

@@ -175,11 +175,16 @@ class ProfileStore:
 
     def put(self, user_id: str, profile: Profile) -> None:
         """Replace the user's profile (validated: a ``Profile``)."""
-        if not user_id:
-            raise ProfileError(["user_id: must not be empty"])
+        self.put_many([(user_id, profile)])
+
+    def put_many(self, profiles: Iterable[tuple[str, Profile]]) -> None:
+        """Replace several profiles in one transaction (an import)."""
         with self._db.tx() as cur:
-            _, old = self._rows(cur, user_id)
-            self._write(cur, user_id, profile, old, self._clock_ms())
+            for user_id, profile in profiles:
+                if not user_id:
+                    raise ProfileError(["user_id: must not be empty"])
+                _, old = self._rows(cur, user_id)
+                self._write(cur, user_id, profile, old, self._clock_ms())
 
     def _update(
         self, user_id: str, change: Callable[[Profile], Profile], registered_again: Iterable[tuple[Channel, str]] = ()

@@ -84,7 +84,7 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_resends_nothing_recorded(
 ) -> None:
     n = 300
     cfg = senders_settings(
-        partitions=2, email_primary=http_provider.url, batch_size=50, status_store=store_location
+        partitions=2, users=n, email_primary=http_provider.url, batch_size=50, status_store=store_location
     )
     produce_messages(
         kafka_bootstrap, cfg.topics.email, [channel_message(i, channel=Channel.EMAIL) for i in range(n)]
@@ -144,7 +144,9 @@ def test_two_processes_on_one_postgresql_store_never_send_a_message_twice(
 ) -> None:
     n = 600
     http_provider.delay_s = 0.02  # ~12 s of sending: the second process joins well before the end
-    cfg = senders_settings(partitions=4, email_primary=http_provider.url, batch_size=20, status_store=postgres_dsn)
+    cfg = senders_settings(
+        partitions=4, users=n, email_primary=http_provider.url, batch_size=20, status_store=postgres_dsn
+    )
     produce_messages(
         kafka_bootstrap, cfg.topics.email, [channel_message(i, channel=Channel.EMAIL) for i in range(n)]
     )
