@@ -13,8 +13,11 @@ from senders.policy.breaker import BreakerOptions
 from senders.policy.bucket import RateLimit
 from senders.policy.retry import RetryPolicy, format_step
 from senders.policy.transitions import OutcomePlan
+from senders.policy.verdict import RuleVerdict
 from senders.profiles.model import parse_profile
 from senders.providers import FakeProvider
+from senders.rules.limits import LimitClaim
+from senders.rules.reasons import Reason
 from senders.runtime.dispatch import Dispatcher
 from senders.runtime.handler import DeliveryHandler, HandlerTopics
 from senders.runtime.metrics import Metrics
@@ -55,10 +58,11 @@ def _finish(
     attempt: int = 1,
     plan: OutcomePlan = SENT,
     error: str | None = None,
+    key: str = "k:sms",
     **extra: object,
 ) -> bool:
     return store.finish(
-        message_key="k:sms", attempt=attempt, owner=owner, plan=plan, provider="p", error=error, now_ms=now,
+        message_key=key, attempt=attempt, owner=owner, plan=plan, provider="p", error=error, now_ms=now,
         **extra,  # type: ignore[arg-type]
     )
 
@@ -207,3 +211,48 @@ def test_undecodable_records_are_dead_lettered_addressless_ones_skipped(store: S
     row = store.get("k3:sms")
     assert row is not None and (row.status, row.reason, row.user_id) == (DeliveryStatus.SKIPPED, "no_address", "user-unknown")
     assert fake.received() == []
+
+
+# -- retention -------------------------------------------------------------------------------------
+
+
+def test_prune_drops_finished_rows_older_than_the_retention_and_keeps_the_rest(store: StatusStore) -> None:
+    day = 86_400_000
+    for key, at in (("old:sms", 1_000), ("new:sms", 5 * day)):
+        assert _claim(store, key, now=at) is ClaimAction.CLAIM
+        assert _finish(store, at, key=key)
+        store.mark_published([(key, 1)])
+    assert _claim(store, "waiting:sms", now=1_000) is ClaimAction.CLAIM  # still sending: kept
+    store.claim(
+        message_key="limited:sms", notification_id="n", channel=SMS, lane=NORMAL, attempt=1, now_ms=1_000,
+        lease_ms=500, owner="w1",
+        rules=lambda counts, first: RuleVerdict(consume=(LimitClaim("marketing:u:1970-01-01", "n", 1,
+                                                                   Reason.MARKETING_LIMIT, 2 * day),)),
+        limits=(LimitClaim("marketing:u:1970-01-01", "n", 1, Reason.MARKETING_LIMIT, 2 * day),),
+    )
+    assert store.limit_units("marketing:u:1970-01-01") == ["n"]
+    dropped = store.prune(now_ms=6 * day, retention_ms=2 * day)
+    assert dropped == 1 + 1 + 1  # the old row, the expired unit and its counter
+    assert store.get("old:sms") is None
+    assert store.get("new:sms") is not None and store.get("waiting:sms") is not None
+    assert store.limit_units("marketing:u:1970-01-01") == []
+    assert store.prune(now_ms=6 * day, retention_ms=2 * day) == 0
+
+
+def test_a_pruned_key_replayed_is_rejected_as_expired_not_sent_again(store: StatusStore, tmp_path: Path) -> None:
+    """Once a key's row is pruned the store no longer knows it was sent: a replay of a record
+    older than the retention is rejected (``expired``) rather than sent twice."""
+    fake = FakeProvider()
+    now = [NOW]
+    h = _handler(store, fake, now, tmp_path)
+    h.rules = rules_for_tests(tmp_path, retention_ms=3_600_000)
+    raw = codec.encode("channel_message", channel_message(1, user="user-1"))
+    first = h.handle(topic="sms", partition=0, offset=0, key=None, value=raw)
+    store.mark_published(first.published)
+    assert len(fake.received()) == 1
+    now[0] = NOW + 2 * 3_600_000
+    assert store.prune(now[0], 3_600_000) == 1 and store.get("k1:sms") is None
+    replay = h.handle(topic="sms", partition=0, offset=0, key=None, value=raw)
+    [status] = [codec.decode("delivery_status", o.value) for o in replay.outputs]
+    assert (status["status"], status["reason"]) == ("rejected", "expired")
+    assert len(fake.received()) == 1
