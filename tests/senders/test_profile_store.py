@@ -12,10 +12,12 @@ import pytest
 from dedupctl.cli import main as dedupctl
 from operators.errors import ConfigError
 from operators.records import Channel
+from senders.policy.verdict import RuleVerdict
 from senders.profiles.crypto import ContactCipher, generate_key
 from senders.profiles.model import parse_profile
+from senders.records import TemplateRef
 from senders.runtime.pool import contact_cipher
-from senders.statuses import Lane
+from senders.statuses import DeliveryStatus, Lane
 from senders.store.profiles import ProfileStore
 from senders.store.status import StatusStore, open_store
 from settings import Settings
@@ -134,3 +136,23 @@ def test_dedupctl_users_put_get_erase(
     assert dedupctl([*base, "get", "u-1"]) == 3
     for record in caplog.records:  # never in a log
         assert "+8801711000001" not in record.getMessage() and "a@example.com" not in record.getMessage()
+
+
+def test_dedupctl_senders_status_json_shows_the_rule_and_its_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(f'data_dir = "{tmp_path}"\n')
+    store = open_store(str(tmp_path / "senders" / "status.sqlite3"))
+    verdict = RuleVerdict(DeliveryStatus.DEFERRED, "quiet_hours", 7_200_000, template=TemplateRef("eid_sale", 1, "bn"))
+    store.claim(message_key="k:push:1", notification_id="n-3", channel=Channel.PUSH, lane=Lane.NORMAL, attempt=1,
+                now_ms=1_000, lease_ms=10, owner="w", user_id="u-amina", rules=lambda counts, first: verdict)
+    assert dedupctl(["--config", str(config), "senders", "status", "k:push:1", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert {k: shown[k] for k in ("status", "reason", "not_before", "attempts", "provider", "template",
+                                  "template_version", "locale")} == {
+        "status": "deferred", "reason": "quiet_hours", "not_before": 7_200_000, "attempts": 1, "provider": None,
+        "template": "eid_sale", "template_version": 1, "locale": "bn",
+    }
+    assert dedupctl(["--config", str(config), "senders", "status", "k:push:1"]) == 0
+    assert "deferred: quiet_hours until 1970-01-01T02:00:00.000Z" in capsys.readouterr().out
