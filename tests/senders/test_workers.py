@@ -132,7 +132,7 @@ def test_a_permanent_failure_is_never_retried_and_the_address_is_dropped(
 def test_four_workers_on_one_channel_send_each_message_exactly_once(
     senders_settings: SettingsFactory, kafka_bootstrap: str, store_location: str
 ) -> None:
-    cfg = senders_settings(partitions=4, status_store=store_location)
+    cfg = senders_settings(partitions=4, users=400, status_store=store_location)
     fake = FakeProvider(latency_s=0.002)
     n = 400
     pool = build_pool(cfg, channels=[SMS], lanes=[NORMAL], workers_per_lane=4, providers={SMS: (fake, None)})
