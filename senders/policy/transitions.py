@@ -88,9 +88,23 @@ def decide_claim(state: StoredState | None, attempt: int, now_ms: int) -> ClaimD
     transaction): then they are produced again. A claim whose lease has run out belonged to a
     worker that died mid-call; it is taken over and the message is sent again with the same
     idempotency key (the one gap of at-most-once, see docs/senders.md).
+
+    A deferred message (no provider call made: its attempt stays) is claimed again by a record
+    of that attempt once its ``not_before`` has come; a record of it that comes earlier (a
+    replayed channel record, a delay record whose wait was cut) is put back to wait (DEFER).
     """
     if state is None:
         return ClaimDecision(ClaimAction.CLAIM)
+    if state.status is DeliveryStatus.DEFERRED:
+        if state.attempts < attempt:
+            return ClaimDecision(ClaimAction.CLAIM)
+        if state.attempts > attempt:
+            return ClaimDecision(ClaimAction.SKIP, f"attempt {attempt} superseded by attempt {state.attempts}")
+        if state.unpublished:
+            return ClaimDecision(ClaimAction.REPUBLISH, "deferral not yet published")
+        if state.not_before_ms > now_ms:
+            return ClaimDecision(ClaimAction.DEFER, "deferred", until_ms=state.not_before_ms)
+        return ClaimDecision(ClaimAction.CLAIM, "deferral due: deciding again")
     if state.status in FINAL_STATUSES:
         if state.unpublished and state.attempts == attempt:
             return ClaimDecision(ClaimAction.REPUBLISH, f"{state.status} not yet published")

@@ -256,3 +256,33 @@ def test_a_pruned_key_replayed_is_rejected_as_expired_not_sent_again(store: Stat
     [status] = [codec.decode("delivery_status", o.value) for o in replay.outputs]
     assert (status["status"], status["reason"]) == ("rejected", "expired")
     assert len(fake.received()) == 1
+
+
+def test_a_deferral_waits_in_the_delay_topic_and_a_replay_before_its_time_waits_too(
+    store: StatusStore, tmp_path: Path
+) -> None:
+    fake = FakeProvider()
+    now = [NOW]  # 09:01 UTC
+    h = _handler(store, fake, now, tmp_path)
+    h.profiles.store.put(
+        "u-q", parse_profile({"tz": "UTC", "quiet_hours": {"from": "08:00", "to": "10:00"}, "contacts": {"sms": ["+15550009"]}})
+    )
+    ten = NOW - 60_000 + 3_600_000  # 10:00 UTC
+    raw = codec.encode(
+        "channel_message", {**channel_message(9, user="u-q", template="eid_sale", params={"pct": "20"}), "category": "marketing"}
+    )
+    first = h.handle(topic="sms", partition=0, offset=0, key=b"u-q", value=raw)
+    status, delay = first.outputs
+    s = codec.decode("delivery_status", status.value)
+    assert (s["status"], s["reason"], s["not_before"], s["template"], s["locale"]) == ("deferred", "quiet_hours", ten, "eid_sale", "en")
+    wait = codec.decode("delayed_delivery", delay.value)
+    assert (delay.topic, wait["attempt"], wait["not_before"], wait["payload"]) == ("sms.retry.1s", 1, ten, raw)
+    store.mark_published(first.published)
+    replayed = h.handle(topic="sms", partition=0, offset=0, key=b"u-q", value=raw)  # before its time
+    assert [o.topic for o in replayed.outputs] == ["sms.retry.1s"] and not replayed.published
+    assert codec.decode("delayed_delivery", replayed.outputs[0].value)["not_before"] == ten
+    now[0] = ten
+    due = h.handle(topic="sms.retry.1s", partition=0, offset=0, key=b"u-q", value=delay.value, delay_step_ms=1000)
+    assert [codec.decode("delivery_status", o.value)["status"] for o in due.outputs] == ["sending", "sent"]
+    [call] = fake.received()
+    assert call.message is not None and call.message.fields()["text"] == "Eid sale: 20% off. Reply STOP to opt out."
