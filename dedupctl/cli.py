@@ -208,6 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     register_senders(sub)
     from dedupctl.templates_cmd import register as register_templates
     register_templates(sub)
+    from dedupctl.users_cmd import register as register_users
+    register_users(sub)
     return parser
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import signal
 import sys
@@ -13,10 +14,11 @@ from typing import Any
 
 from operators.errors import ConfigError
 from operators.records import Channel
+from ops.status_view import fmt_time
 from senders.errors import InstanceInUseError
-from senders.runtime.pool import build_pool, ensure_topics, open_status_store
-from senders.statuses import DeadLetterReason, Lane
-from senders.store.addresses import address_book
+from senders.runtime.pool import build_pool, ensure_topics, open_profile_store, open_status_store
+from senders.statuses import DeadLetterReason, DeliveryStatus, Lane
+from senders.store.status import StatusRow
 from settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -104,6 +106,29 @@ def cmd_senders_topics(cfg: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def status_fields(row: StatusRow) -> dict[str, Any]:
+    """A status row as ``senders status --json`` and ``trace --json`` show it (no address)."""
+    t = row.template
+    return {
+        "message_key": row.message_key,
+        "notification_id": row.notification_id,
+        "channel": row.channel.value,
+        "lane": row.lane.value,
+        "status": row.status.value,
+        "reason": row.reason,
+        "not_before": row.not_before_ms if row.status is DeliveryStatus.DEFERRED else None,
+        "attempts": row.attempts,
+        "provider": row.provider,
+        "last_error": row.last_error,
+        "retry_at": row.retry_at_ms if row.status is DeliveryStatus.QUEUED else None,
+        "dead_letter": row.dead_letter.value if row.dead_letter else None,
+        "template": t.name if t else None,
+        "template_version": t.version if t else None,
+        "locale": t.locale if t else None,
+        "updated_at": row.updated_ms,
+    }
+
+
 def cmd_senders_status(cfg: Settings, args: argparse.Namespace) -> int:
     store = open_status_store(cfg)
     try:
@@ -111,32 +136,40 @@ def cmd_senders_status(cfg: Settings, args: argparse.Namespace) -> int:
     finally:
         store.close()
     if row is None:
-        _out(f"{args.message_key}: unknown")
+        unknown = {"message_key": args.message_key, "status": None}
+        _out(json.dumps(unknown) if args.json else f"{args.message_key}: unknown")
         return 3
-    retry = f", retry at {row.retry_at_ms}" if row.retry_at_ms and row.status == "queued" else ""
+    if args.json:
+        _out(json.dumps(status_fields(row), indent=2, ensure_ascii=False))
+        return 0
+    retry = f", retry at {fmt_time(row.retry_at_ms)}" if row.retry_at_ms and row.status == "queued" else ""
+    later = f" until {fmt_time(row.not_before_ms)}" if row.status == "deferred" and row.not_before_ms else ""
+    reason = f": {row.reason}" if row.reason else ""
     error = f", last error: {row.last_error}" if row.last_error else ""
+    t = row.template
+    template = f", template {t.name} v{t.version} {t.locale}" if t and t.version is not None else ""
     _out(
-        f"{row.message_key}: {row.status} after {row.attempts} attempt(s) via {row.provider or '-'}"
-        f" ({row.channel}/{row.lane}){retry}{error}"
+        f"{row.message_key}: {row.status}{reason}{later} after {row.attempts} attempt(s) via {row.provider or '-'}"
+        f" ({row.channel}/{row.lane}){template}{retry}{error}"
     )
     return 0
 
 
 def cmd_senders_addresses_reactivate(cfg: Settings, args: argparse.Namespace) -> int:
     channel = Channel(args.channel)
-    if args.user:
-        contact = address_book(cfg.senders.address_book).lookup(args.user, channel)
-        if contact is None:
-            _out(f"user {args.user} has no {channel} address in the address book")
-            return 3
-        address = contact.address
-    elif args.address:
-        address = args.address
-    else:
-        raise ConfigError("give the address, or --user USER to take it from the address book")
     store = open_status_store(cfg)
     try:
-        done = store.reactivate(channel, address)
+        if args.user:
+            profile = open_profile_store(cfg, store).get(args.user)
+            addresses = [c.address for c in profile.contacts.of(channel)] if profile is not None else []
+            if not addresses:
+                _out(f"user {args.user} has no {channel} address in the profiles")
+                return 3
+        elif args.address:
+            addresses = [args.address]
+        else:
+            raise ConfigError("give the address, or --user USER to take the user's addresses from the profiles")
+        done = sum(store.reactivate(channel, address) for address in addresses) > 0
     finally:
         store.close()
     # never the address itself: this output may end up in a log
@@ -196,6 +229,7 @@ def register(subparsers: Any) -> None:
 
     q = sub.add_parser("status", help="a message key's row in the status store")
     q.add_argument("message_key")
+    q.add_argument("--json", action="store_true", help="the row as one JSON object")
     q.set_defaults(func=cmd_senders_status)
 
     q = sub.add_parser(
@@ -216,5 +250,5 @@ def register(subparsers: Any) -> None:
     )
     r.add_argument("--channel", required=True, choices=[c.value for c in Channel])
     r.add_argument("address", nargs="?", help="the address (phone number, email, device token)")
-    r.add_argument("--user", help="take the address from the address book instead")
+    r.add_argument("--user", help="reactivate the user's addresses on the channel (from the profiles) instead")
     r.set_defaults(func=cmd_senders_addresses_reactivate)

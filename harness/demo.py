@@ -38,7 +38,6 @@ def produce_scenario(
     for step in scenario.steps():
         if step.barrier:
             wait_visible(0)
-            time.sleep(1.0)  # one more watermark interval, so the barrier's record sees it
         say(f"  produce -> p{step.partition}: {step.note}")
         kafka_io.produce_all(prod, cfg.topics.requests, [(step.key(), step.value())], step.partition)
 
@@ -106,9 +105,8 @@ def run_demo(base: Settings, say: Callable[[str], None] = print, keep: bool = Fa
         client = run_job(cfg, detached=True)
         say(f"  job {client.get_job_id()}, REST on 127.0.0.1:{cfg.flink.rest_port}")
         want = {getattr(cfg.topics, k): n for k, n in scenario.EXPECTED_COUNTS.items() if n}
-        before_barrier = dict(want)
-        before_barrier[cfg.topics.late] = 0
-        say("Producing the scenario:")
+        before_barrier = {getattr(cfg.topics, k): n for k, n in scenario.EXPECTED_BEFORE_BARRIER.items() if n}
+        say("Producing the story (three users; event times from ten minutes ago):")
         produce_scenario(cfg, lambda _: wait_for_counts(cfg, before_barrier, 180), say)
         wait_for_counts(cfg, want, 120)
         print_summary(cfg, say)

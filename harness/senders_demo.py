@@ -1,5 +1,7 @@
-"""The senders' part of ``dedupctl demo``: deliver what the dedup job wrote to the channel topics,
-through scripted fake providers (a flaky SMS gateway, a bad email address), and print each attempt."""
+"""The senders' part of ``dedupctl demo``: the story's profiles in the store, then every channel
+message the dedup job wrote, through the rules and scripted fake providers (a flaky SMS gateway,
+a mailbox that does not exist). Prints each attempt and rule outcome, then what became of each
+message. Never a parameter, a rendered body or an address."""
 
 from __future__ import annotations
 
@@ -8,13 +10,18 @@ import tempfile
 import threading
 import time
 import uuid
-from collections import Counter
+import zoneinfo
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
+from harness import scenario
 from operators import codec
 from operators.records import Channel
 from ops import kafka_io
+from senders.profiles.crypto import generate_key
+from senders.profiles.model import parse_profile
 from senders.providers import FakeProvider
 from senders.runtime.handler import AttemptEvent
 from senders.runtime.pool import (
@@ -22,61 +29,29 @@ from senders.runtime.pool import (
     ALL_LANES,
     build_pool,
     ensure_topics,
+    open_profile_store,
     open_status_store,
     source_topic,
 )
-from senders.statuses import FINAL_STATUSES
-from senders.store.addresses import StaticAddresses
+from senders.statuses import FINAL_STATUSES, DeliveryStatus
+from senders.store.status import StatusRow
 from settings import Settings
 
-#: the scenario's users (harness/scenario.py); the addresses never appear in the output
-DEMO_ADDRESSES = {
-    "u-alice": {"push": "device-alice", "email": "alice@example.com"},
-    "u-bob": {"sms": "+15550100"},
-    "u-carol": {"email": "carol@mailbox.invalid"},
-    "u-dave": {"push": "device-dave"},
-    "u-erin": {"sms": "+15550101"},
-    "u-frank": {"email": "frank@example.com"},
-    "u-grace": {"email": "grace@example.com"},
-    "u-heidi": {"push": "device-heidi"},
-    "u-ivan": {"push": "device-ivan"},
-}
+SETTLED = FINAL_STATUSES | {DeliveryStatus.DEFERRED}
 
 
 def demo_providers() -> dict[Channel, tuple[FakeProvider, None]]:
-    """The scenario's outside world: the SMS gateway fails Bob's message twice, then takes it;
-    Carol's mailbox does not exist."""
+    """The story's outside world (``scenario.PROVIDER_SCRIPTS``)."""
     return {
         Channel.PUSH: (FakeProvider(name="push-service"), None),
-        Channel.SMS: (
-            FakeProvider(name="sms-gateway", script={"+15550100": ["transient", "transient", "ok"]}),
-            None,
-        ),
-        Channel.EMAIL: (
-            FakeProvider(name="mail-relay", script={"carol@mailbox.invalid": ["permanent"]}),
-            None,
-        ),
+        Channel.SMS: (FakeProvider(name="sms-gateway", script=scenario.PROVIDER_SCRIPTS["sms"]), None),
+        Channel.EMAIL: (FakeProvider(name="mail-relay", script=scenario.PROVIDER_SCRIPTS["email"]), None),
     }
 
 
-def _describe(e: AttemptEvent) -> str:
-    line = f"  {e.channel.value:<5} {e.lane.value:<8} {e.message_key}  attempt {e.attempt}: {e.outcome}"
-    if e.provider:
-        line += f" via {e.provider}"
-    if e.outcome not in ("sent", "skipped") and e.detail:
-        line += f" ({e.detail})"
-    if e.retry_in_ms is not None:
-        line += f", retry in {e.retry_in_ms / 1000:.1f} s"
-    if e.dead_letter is not None:
-        line += f" -> dead letter ({e.dead_letter})"
-    return line
-
-
-def run_senders_demo(cfg: Settings, say: Callable[[str], None], timeout_s: float = 60.0) -> None:
-    """Run every channel's workers until each message of the channel topics is sent or dead-lettered."""
-    work = Path(tempfile.mkdtemp(prefix="notify-senders-demo-"))
+def demo_senders(cfg: Settings, work: Path) -> Settings:
     run = uuid.uuid4().hex[:8]
-    cfg = cfg.with_overrides(
+    return cfg.with_overrides(
         senders={
             "group_prefix": f"demo-senders-{run}",
             "instance_id": run,
@@ -84,7 +59,7 @@ def run_senders_demo(cfg: Settings, say: Callable[[str], None], timeout_s: float
             "sqlite_synchronous": "NORMAL",
             "base_backoff_ms": 1000,
             "max_attempts": 4,
-            "jitter_ratio": 0.1,
+            "jitter_ratio": 0.0,
             "poll_timeout_ms": 50,
             "lease_ms": 5000,
             "session_timeout_ms": 6000,
@@ -92,61 +67,132 @@ def run_senders_demo(cfg: Settings, say: Callable[[str], None], timeout_s: float
             "push_primary": "fake",
             "sms_primary": "fake",
             "email_primary": "fake",
+            "contact_encryption_keys": generate_key(),
+            "contact_lookup_keys": generate_key(),
         }
     )
-    keys = _channel_message_keys(cfg)
+
+
+def local_time(ms: int, zone: str) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=zoneinfo.ZoneInfo(zone)).strftime("%H:%M %Z")
+
+
+@dataclass
+class Story:
+    """What the demo ran: the night zone, the channel messages by key and the providers."""
+
+    zone: str
+    messages: dict[str, tuple[str, str, str]]  # message key -> (notification id, user id, channel)
+    providers: dict[Channel, tuple[FakeProvider, None]]
+    rows: dict[str, StatusRow]
+
+
+def _describe(e: AttemptEvent, story: Story) -> str:
+    nid, user, _ = story.messages.get(e.message_key, ("?", "?", e.channel.value))
+    line = f"  {nid:<4} {user:<8} {e.channel.value:<5} attempt {e.attempt}: {e.outcome}"
+    if e.provider:
+        line += f" via {e.provider}"
+    if e.outcome == "deferred" and e.not_before_ms is not None:
+        line += f" ({e.detail}) until {local_time(e.not_before_ms, story.zone)} in {story.zone}"
+    elif e.outcome not in ("sent", "ignored") and e.detail:
+        line += f" ({e.detail})"
+    if e.retry_in_ms is not None:
+        line += f", retry in {e.retry_in_ms / 1000:.1f} s"
+    if e.dead_letter is not None:
+        line += f" -> dead letter ({e.dead_letter})"
+    if e.outcome == "sent" and e.template is not None:
+        line += f" [{e.template.name} v{e.template.version} {e.template.locale}]"
+    return line
+
+
+def channel_messages(cfg: Settings) -> dict[str, tuple[str, str, str]]:
+    topics = [source_topic(cfg, c, lane) for c in ALL_CHANNELS for lane in ALL_LANES]
+    out = {}
+    for m in kafka_io.read_committed(cfg.kafka.client_config(), topics, idle_timeout_s=1.0):
+        if m.value is not None:
+            msg = codec.decode("channel_message", m.value)
+            out[msg["message_key"]] = (msg["notification_id"], msg["user_id"], msg["channel"])
+    return out
+
+
+def run_story(cfg: Settings, say: Callable[[str], None], timeout_s: float = 60.0) -> Story:
+    """Put the profiles, run every channel's workers until each channel message is settled (final,
+    or deferred), and return what happened."""
+    zone = scenario.night_zone()
+    messages = channel_messages(cfg)
+    ensure_topics(cfg)
+    profiles = open_profile_store(cfg)
+    for user, document in scenario.profiles(zone).items():
+        profiles.put(user, parse_profile(document))
     say("")
     say(
-        f"Senders: delivering {len(keys)} channel messages (scripted providers: a flaky SMS gateway,"
-        " a mailbox that does not exist); retries after 1, 2, 4 s"
+        f"Senders: {len(messages)} channel messages for three users (u-amina's quiet hours are 22:00-08:00"
+        f" in {zone}, where it is {local_time(int(time.time() * 1000), zone)} now); scripted providers: a"
+        " flaky SMS gateway, a mailbox that does not exist; retries after 1, 2, 4 s"
     )
-    ensure_topics(cfg)
+    providers = demo_providers()
+    story = Story(zone, messages, providers, {})
     lock = threading.Lock()
 
     def on_attempt(event: AttemptEvent) -> None:
         with lock:
-            say(_describe(event))
+            say(_describe(event, story))
 
     store = open_status_store(cfg)
-    pool = build_pool(
-        cfg, providers=demo_providers(), addresses=StaticAddresses(DEMO_ADDRESSES), on_attempt=on_attempt
-    )
+    pool = build_pool(cfg, providers=providers, on_attempt=on_attempt)  # type: ignore[arg-type]
     try:
         pool.start()
         deadline = time.monotonic() + timeout_s
         while True:
             rows = {r.message_key: r for r in store.rows()}
-            if all(k in rows and rows[k].status in FINAL_STATUSES for k in keys):
+            if all(k in rows and rows[k].status in SETTLED for k in messages):
                 break
-            if pool.errors or time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"senders not settled after {timeout_s:.0f} s ({len(rows)} of {len(keys)} seen)"
-                )
+            if pool.fatal is not None or time.monotonic() > deadline:
+                raise TimeoutError(f"senders not settled after {timeout_s:.0f} s ({len(rows)} of {len(messages)} seen)")
             time.sleep(0.2)
         time.sleep(0.5)  # the last batch's transaction
     finally:
         pool.stop()
         store.close()
-    finals = Counter(r.status.value for r in rows.values() if r.message_key in keys)
-    letters = Counter(
-        codec.decode("dead_letter", m.value)["reason_kind"]
-        for m in kafka_io.read_committed(
-            cfg.kafka.client_config(), [cfg.senders.dlq_topic], idle_timeout_s=1.0
+    story.rows = {k: rows[k] for k in messages}
+    return story
+
+
+def _outcome(row: StatusRow, zone: str) -> str:
+    text = row.status.value + (f": {row.reason}" if row.reason else "")
+    if row.status is DeliveryStatus.DEFERRED and row.not_before_ms:
+        text += f" until {local_time(row.not_before_ms, zone)}"
+    if row.provider:
+        text += f" via {row.provider} after {row.attempts} attempt(s)"
+    if row.dead_letter is not None:
+        text += f", dead letter ({row.dead_letter.value})"
+    t = row.template
+    if t is not None and t.version is not None:
+        text += f"  [{t.name} v{t.version} {t.locale}]"
+    return text
+
+
+def run_senders_demo(cfg: Settings, say: Callable[[str], None], timeout_s: float = 60.0) -> Story:
+    work = Path(tempfile.mkdtemp(prefix="notify-senders-demo-"))
+    try:
+        cfg = demo_senders(cfg, work)
+        story = run_story(cfg, say, timeout_s)
+        say("")
+        say("What became of each channel message (the status store):")
+        for key, row in sorted(story.rows.items(), key=lambda kv: (story.messages[kv[0]][0], kv[1].channel)):
+            nid, user, channel = story.messages[key]
+            say(f"  {nid:<4} {user:<8} {channel:<5} {_outcome(row, story.zone)}")
+        letters = [
+            codec.decode("dead_letter", m.value)
+            for m in kafka_io.read_committed(cfg.kafka.client_config(), [cfg.senders.dlq_topic], idle_timeout_s=1.0)
+            if m.value is not None
+        ]
+        calls = {c.value: len(p.received()) for c, (p, _) in story.providers.items()}
+        say(
+            f"Provider calls: {calls}; dead letters in {cfg.senders.dlq_topic}:"
+            f" {[(story.messages[d['message_key']][0], d['reason_kind']) for d in letters]}"
         )
-        if m.value is not None
-    )
-    say(
-        f"Settled: {dict(sorted(finals.items()))}; dead letters in {cfg.senders.dlq_topic}: {dict(letters)};"
-        f" sends {pool.metrics.value('sender_sends_total', outcome='sent'):.0f},"
-        f" retries {pool.metrics.value('sender_retries_total'):.0f}"
-    )
-    shutil.rmtree(work, ignore_errors=True)
-
-
-def _channel_message_keys(cfg: Settings) -> set[str]:
-    topics = [source_topic(cfg, c, lane) for c in ALL_CHANNELS for lane in ALL_LANES]
-    return {
-        codec.decode("channel_message", m.value)["message_key"]
-        for m in kafka_io.read_committed(cfg.kafka.client_config(), topics, idle_timeout_s=1.0)
-        if m.value is not None
-    }
+        say("u-amina's campaign waits in the delay topics and is checked again at 08:00 her time.")
+        return story
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -113,6 +113,7 @@ SENDER_METRICS = (
     "sender_oldest_waiting_age_seconds", "sender_circuit_state", "sender_circuit_changes_total",
     "provider_calls_total", "provider_call_ms_sum", "sender_provider_rejecting", "sender_retries_moved_total",
     "sender_addresses_reactivated_total", "sender_worker_up", "sender_worker_restarts_total",
+    "sender_rule_outcomes_total", "sender_store_pruned_total",
 )
 
 

@@ -60,6 +60,29 @@ class NotificationTrace:
     statuses: list[dict[str, Any]] = field(default_factory=list)
 
     @property
+    def channels(self) -> dict[str, dict[str, Any]]:
+        """Per channel, where its message stands: the latest status record's status, reason,
+        ``not_before`` (deferred), attempts, provider and template version."""
+        latest: dict[str, dict[str, Any]] = {}
+        for s in sorted(self.statuses, key=lambda s: (s.get("at") or 0, s["kafka"]["offset"])):
+            latest[str(s.get("channel"))] = s
+        return {
+            channel: {
+                "message_key": s.get("message_key"),
+                "status": s.get("status"),
+                "reason": s.get("reason"),
+                "not_before": s.get("not_before") if s.get("status") == "deferred" else None,
+                "attempts": s.get("attempt"),
+                "provider": s.get("provider"),
+                "template": s.get("template"),
+                "template_version": s.get("template_version"),
+                "locale": s.get("locale"),
+                "at": s.get("at"),
+            }
+            for channel, s in sorted(latest.items())
+        }
+
+    @property
     def verdict(self) -> str:
         if self.accepted:
             return "accepted"
@@ -91,6 +114,7 @@ class TraceResult:
         out = asdict(self)
         for nid, n in self.notifications.items():
             out["notifications"][nid]["verdict"] = n.verdict
+            out["notifications"][nid]["channels"] = n.channels
         return out
 
 

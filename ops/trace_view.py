@@ -55,8 +55,12 @@ def _notification(n: NotificationTrace, note: str = "") -> list[str]:
         lines.append(f"    notice    {_at(n.late['kafka'])}  {n.late['reason']}")
     for s in sorted(n.statuses, key=lambda s: (s.get("at") or 0, s["kafka"]["offset"])):
         extra = "".join(
-            f"  {k} {s[k]}" for k in ("attempt", "provider", "error") if s.get(k) not in (None, "")
+            f"  {k} {s[k]}" for k in ("attempt", "provider", "reason", "error") if s.get(k) not in (None, "")
         )
+        if s.get("status") == "deferred" and isinstance(s.get("not_before"), int):
+            extra += f"  until {fmt_time(s['not_before'])}"
+        if s.get("template") and s.get("template_version") is not None:
+            extra += f"  template {s['template']} v{s['template_version']} {s.get('locale') or ''}".rstrip()
         when = s.get("at") if isinstance(s.get("at"), int) else None
         lines.append(f"    status    {s.get('message_key')}  {s.get('status')}{extra}  at {fmt_time(when)}")
     return lines

@@ -13,6 +13,15 @@ from senders.statuses import DeadLetterReason, DeliveryStatus, Lane
 
 
 @dataclass(frozen=True, slots=True)
+class TemplateRef:
+    """Which template, version and locale a message is (or would be) rendered from."""
+
+    name: str
+    version: int | None = None
+    locale: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Delivery:
     """One attempt to make: the channel message and where it stands.
 
@@ -35,6 +44,7 @@ class Delivery:
     not_before_ms: int = 0
     last_error: str = ""
     params: Mapping[str, str] = field(default_factory=dict, repr=False)  # codes: never in repr or logs
+    event_time_ms: int = 0  # the accepted request's: it chooses the template version
 
 
 def from_channel_record(
@@ -63,6 +73,7 @@ def from_channel_record(
         attempt=attempt,
         not_before_ms=not_before_ms,
         last_error=last_error,
+        event_time_ms=int(msg["event_time"]),
     )
 
 
@@ -99,6 +110,9 @@ def status_record(
     provider: str | None = None,
     error: str | None = None,
     retry_at_ms: int | None = None,
+    reason: str | None = None,
+    not_before_ms: int | None = None,
+    template: TemplateRef | None = None,
 ) -> dict[str, Any]:
     return {
         "message_key": d.message_key,
@@ -111,6 +125,11 @@ def status_record(
         "error": error,
         "retry_at": retry_at_ms,
         "at": at_ms,
+        "reason": reason,
+        "not_before": not_before_ms,
+        "template": template.name if template else None,
+        "template_version": template.version if template else None,
+        "locale": template.locale if template else None,
     }
 
 

@@ -13,14 +13,27 @@ class DeliveryStatus(StrEnum):
     SENT = "sent"  # the provider accepted it
     DELIVERED = "delivered"  # the provider confirmed delivery to the device or mailbox
     FAILED = "failed"  # given up: dead-lettered
+    SKIPPED = "skipped"  # nothing to send, and that is a success: no address, opted out
+    DEFERRED = "deferred"  # a rule says not yet (quiet hours): checked again at ``not_before``
+    REJECTED = "rejected"  # not sent by a rule: a limit, a template that cannot be rendered
 
 
 #: nothing more will be sent for a key in one of these
-FINAL_STATUSES = frozenset({DeliveryStatus.SENT, DeliveryStatus.DELIVERED, DeliveryStatus.FAILED})
-#: the message reached the provider
-SUCCESS_STATUSES = frozenset({DeliveryStatus.SENT, DeliveryStatus.DELIVERED})
+FINAL_STATUSES = frozenset(
+    {
+        DeliveryStatus.SENT,
+        DeliveryStatus.DELIVERED,
+        DeliveryStatus.FAILED,
+        DeliveryStatus.SKIPPED,
+        DeliveryStatus.REJECTED,
+    }
+)
+#: done as it should be: the provider took it, or there was nothing to send
+SUCCESS_STATUSES = frozenset({DeliveryStatus.SENT, DeliveryStatus.DELIVERED, DeliveryStatus.SKIPPED})
 #: still in the senders' hands
-IN_PROGRESS_STATUSES = frozenset({DeliveryStatus.QUEUED, DeliveryStatus.SENDING})
+IN_PROGRESS_STATUSES = frozenset({DeliveryStatus.QUEUED, DeliveryStatus.SENDING, DeliveryStatus.DEFERRED})
+#: what the send-time rules decide without a provider call (``senders.rules``)
+RULE_STATUSES = frozenset({DeliveryStatus.SKIPPED, DeliveryStatus.DEFERRED, DeliveryStatus.REJECTED})
 
 
 class Lane(StrEnum):
@@ -63,3 +76,4 @@ class ClaimAction(StrEnum):
     SKIP = "skip"  # already sent, failed, or superseded by a later attempt
     WAIT = "wait"  # another worker holds a live claim: come back when its lease ends
     REPUBLISH = "republish"  # the outcome is stored but its records may not have been produced
+    DEFER = "defer"  # deferred and not due yet: put back in the delay topic until ``not_before``

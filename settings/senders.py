@@ -10,7 +10,12 @@ from operators.records import Channel
 from senders.policy.breaker import BreakerOptions
 from senders.policy.bucket import RateLimit
 from senders.policy.retry import RetryPolicy, format_step
-from settings.base import Flag, OptionalSecret, OptionalStr, Section
+from senders.profiles.crypto import ContactKeyOptions
+from senders.rules.options import RuleOptions
+from senders.templates.options import TemplateOptions
+from settings.base import REPO_ROOT, Flag, OptionalSecret, OptionalStr, Section
+
+HOUR_MS = 3_600_000
 
 
 class SendersSettings(Section):
@@ -56,8 +61,28 @@ class SendersSettings(Section):
         survives a crash of the process)
     :param sqlite_busy_timeout_ms: how long a SQLite transaction waits for the store's write lock
         before the worker backs off
-    :param address_book: JSON file ``{"user_id": {"sms": "+4420...", "email": "..."}}``;
-        empty: the user id is the address (providers that resolve users themselves)
+    :param contact_encryption_keys: Fernet keys of the contacts at rest, comma-separated, the
+        newest first (a secret; ``dedupctl users keygen`` makes one): contacts are encrypted with
+        the first and decrypt with any. Required by the senders and ``dedupctl users``; rotation:
+        docs/senders.md
+    :param contact_lookup_keys: keys of the contacts' keyed lookup hash, comma-separated, the
+        newest first (a secret, made like the encryption keys)
+    :param profile_cache_ttl_ms: a worker reads a user's profile from the store at most once in
+        this long (a change, such as an opt-out, is seen within it)
+    :param templates_dir: the templates directory; empty: the repository's ``templates/``
+    :param default_locale: the locale a message is rendered in when the user has none, or the
+        template not the user's; every template version must have it
+    :param max_sms_segments: an SMS text that needs more segments (GSM-7 / UCS-2) is rejected
+    :param marketing_per_day: marketing notifications a user receives per local day, in the
+        user's time zone (0: no limit)
+    :param one_time_codes_per_hour: one-time codes a recipient (an address) receives per hour
+        (0: no limit); more are rejected (``recipient_limit``)
+    :param preferences_retry_ms: a marketing message whose recipient's preferences cannot be read
+        is deferred this long (fail closed); a transactional one is sent (fail open)
+    :param status_retention_ms: a finished message's row in the status store (and its limit
+        units, redrive bookkeeping) is kept this long after its last change, then pruned; 0: the
+        longest dedup window (``dedup.max_window_sec``) plus the longest retry schedule
+    :param prune_interval_ms: how often a process's first worker prunes the status store
     :param push_primary: push provider
     :param push_secondary: push failover provider (empty: none)
     :param sms_primary: SMS provider
@@ -121,7 +146,17 @@ class SendersSettings(Section):
     status_store_password: OptionalSecret = None
     sqlite_synchronous: str = "FULL"
     sqlite_busy_timeout_ms: int = 30_000
-    address_book: str = ""
+    contact_encryption_keys: OptionalSecret = None
+    contact_lookup_keys: OptionalSecret = None
+    profile_cache_ttl_ms: int = 5_000
+    templates_dir: str = ""
+    default_locale: str = "en"
+    max_sms_segments: int = 3
+    marketing_per_day: int = 1
+    one_time_codes_per_hour: int = 5
+    preferences_retry_ms: int = 60_000
+    status_retention_ms: int = 0
+    prune_interval_ms: int = 600_000
     push_primary: str = ""
     push_secondary: str = ""
     sms_primary: str = ""
@@ -160,6 +195,33 @@ class SendersSettings(Section):
             jitter_ratio=self.jitter_ratio,
             max_backoff_ms=self.max_backoff_ms,
         )
+
+    def rule_options(self) -> RuleOptions:
+        return RuleOptions(
+            marketing_per_day=self.marketing_per_day,
+            one_time_codes_per_window=self.one_time_codes_per_hour,
+            one_time_code_window_ms=HOUR_MS,
+            preferences_retry_ms=self.preferences_retry_ms,
+        )
+
+    def template_options(self) -> TemplateOptions:
+        return TemplateOptions(
+            directory=self.templates_dir or str(REPO_ROOT / "templates"),
+            default_locale=self.default_locale,
+            max_sms_segments=self.max_sms_segments,
+        )
+
+    def contact_keys(self) -> ContactKeyOptions:
+        return ContactKeyOptions(
+            encryption_keys=self.contact_encryption_keys, lookup_keys=self.contact_lookup_keys
+        )
+
+    def retention_ms(self, max_window_sec: int) -> int:
+        """How long a finished message's row is kept: the setting, or the longest dedup window
+        plus the longest retry schedule (every backoff at its full jitter, and a lease each)."""
+        if self.status_retention_ms > 0:
+            return self.status_retention_ms
+        return max_window_sec * 1000 + self.retry_policy().schedule_ms() + self.max_attempts * self.lease_ms
 
     def breaker_options(self) -> BreakerOptions:
         return BreakerOptions(

@@ -61,6 +61,12 @@ class RetryPolicy:
             wait = max(wait, min(retry_after_ms, self.max_backoff_ms))
         return now_ms + wait
 
+    def schedule_ms(self) -> int:
+        """The longest a message can spend between its first and its last attempt: every wait
+        at its full jitter (a Retry-After hint is bounded by ``max_backoff_ms`` too)."""
+        waits = (self.nominal_delay_ms(a) for a in range(1, self.max_attempts))
+        return sum(max(w + int(w * self.jitter_ratio), self.max_backoff_ms) for w in waits)
+
     def steps(self) -> tuple[int, ...]:
         """Distinct nominal waits, ascending: one delay topic each."""
         return tuple(sorted({self.nominal_delay_ms(a) for a in range(1, max(2, self.max_attempts))}))

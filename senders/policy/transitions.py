@@ -16,20 +16,30 @@ from senders.statuses import (
     DeliveryStatus,
 )
 
-Q, SENDING, SENT, DELIVERED, FAILED = (
+Q, SENDING, SENT, DELIVERED, FAILED, SKIPPED, DEFERRED, REJECTED = (
     DeliveryStatus.QUEUED,
     DeliveryStatus.SENDING,
     DeliveryStatus.SENT,
     DeliveryStatus.DELIVERED,
     DeliveryStatus.FAILED,
+    DeliveryStatus.SKIPPED,
+    DeliveryStatus.DEFERRED,
+    DeliveryStatus.REJECTED,
 )
+#: what the send-time rules may decide instead of a provider call
+RULED = frozenset({SKIPPED, DEFERRED, REJECTED})
 
 #: old status (None: no row yet) -> the statuses it may change to
 ALLOWED: Mapping[DeliveryStatus | None, frozenset[DeliveryStatus]] = {
     None: frozenset({Q, SENDING}),
-    Q: frozenset({SENDING}),
+    # a claimed record whose rules say skip, defer or reject goes there in the claim's transaction
+    Q: frozenset({SENDING} | RULED),
     # SENDING -> SENDING: a claim whose lease ran out (its worker died) is taken over
-    SENDING: frozenset({SENDING, SENT, Q, FAILED}),
+    SENDING: frozenset({SENDING, SENT, Q, FAILED} | RULED),
+    # a deferred message, due, is claimed and decided again
+    DEFERRED: frozenset({SENDING} | RULED),
+    SKIPPED: frozenset(),
+    REJECTED: frozenset(),
     # a delivery receipt confirms or, for a bounce, fails a sent message
     SENT: frozenset({DELIVERED, FAILED}),
     DELIVERED: frozenset(),
@@ -52,19 +62,21 @@ class StoredState:
     :param lease_until_ms: a SENDING claim is its worker's until then
     :param unpublished: the latest outcome's records (status, retry or dead letter) may not be in
         Kafka yet; cleared once the transaction that wrote them has committed
+    :param not_before_ms: a DEFERRED message is not decided again before this instant
     """
 
     status: DeliveryStatus
     attempts: int
     lease_until_ms: int = 0
     unpublished: bool = False
+    not_before_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class ClaimDecision:
     action: ClaimAction
     reason: str = ""
-    until_ms: int = 0  # for WAIT
+    until_ms: int = 0  # for WAIT and DEFER
 
 
 def decide_claim(state: StoredState | None, attempt: int, now_ms: int) -> ClaimDecision:
@@ -76,9 +88,23 @@ def decide_claim(state: StoredState | None, attempt: int, now_ms: int) -> ClaimD
     transaction): then they are produced again. A claim whose lease has run out belonged to a
     worker that died mid-call; it is taken over and the message is sent again with the same
     idempotency key (the one gap of at-most-once, see docs/senders.md).
+
+    A deferred message (no provider call made: its attempt stays) is claimed again by a record
+    of that attempt once its ``not_before`` has come; a record of it that comes earlier (a
+    replayed channel record, a delay record whose wait was cut) is put back to wait (DEFER).
     """
     if state is None:
         return ClaimDecision(ClaimAction.CLAIM)
+    if state.status is DeliveryStatus.DEFERRED:
+        if state.attempts < attempt:
+            return ClaimDecision(ClaimAction.CLAIM)
+        if state.attempts > attempt:
+            return ClaimDecision(ClaimAction.SKIP, f"attempt {attempt} superseded by attempt {state.attempts}")
+        if state.unpublished:
+            return ClaimDecision(ClaimAction.REPUBLISH, "deferral not yet published")
+        if state.not_before_ms > now_ms:
+            return ClaimDecision(ClaimAction.DEFER, "deferred", until_ms=state.not_before_ms)
+        return ClaimDecision(ClaimAction.CLAIM, "deferral due: deciding again")
     if state.status in FINAL_STATUSES:
         if state.unpublished and state.attempts == attempt:
             return ClaimDecision(ClaimAction.REPUBLISH, f"{state.status} not yet published")

@@ -6,12 +6,11 @@ from __future__ import annotations
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
 from dataclasses import dataclass
 
-from operators.records import Channel
 from senders.errors import ProviderError, ProviderPermanentError, ProviderRetryableError
 from senders.runtime.metrics import Metrics
+from senders.templates.render import Rendered
 
 logger = logging.getLogger(__name__)
 
@@ -44,16 +43,14 @@ class Provider(ABC):
         self.name = name
         self.metrics = metrics if metrics is not None else Metrics()
 
-    def send(
-        self, *, to: str, message_key: str, channel: Channel, template_id: str, params: Mapping[str, str]
-    ) -> Receipt:
-        """Send one message; ``message_key`` doubles as the idempotency key. Raises ProviderError."""
+    def send(self, *, to: str, message_key: str, message: Rendered) -> Receipt:
+        """Send one rendered message; ``message_key`` doubles as the idempotency key. Raises
+        ProviderError."""
         start = time.monotonic()
         outcome = "sent"
+        channel = message.channel
         try:
-            reference = self._try_send(
-                to=to, message_key=message_key, channel=channel, template_id=template_id, params=params
-            )
+            reference = self._try_send(to=to, message_key=message_key, message=message)
         except ProviderRetryableError as exc:
             outcome = "transient"
             logger.warning(
@@ -102,7 +99,5 @@ class Provider(ABC):
         return Receipt(self.name, reference, elapsed)
 
     @abstractmethod
-    def _try_send(
-        self, *, to: str, message_key: str, channel: Channel, template_id: str, params: Mapping[str, str]
-    ) -> str | None:
-        """Hand the message over; return the provider's reference, if any."""
+    def _try_send(self, *, to: str, message_key: str, message: Rendered) -> str | None:
+        """Hand the rendered message over; return the provider's reference, if any."""

@@ -6,13 +6,14 @@ import itertools
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from operators.records import Channel
 from senders.errors import ProviderPermanentError, ProviderRetryableError
 from senders.providers.base import Provider
 from senders.runtime.metrics import Metrics
+from senders.templates.render import Rendered
 
 
 class Behaviour(StrEnum):
@@ -25,14 +26,15 @@ class Behaviour(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Received:
-    """One call the fake received (whatever its outcome)."""
+    """One call the fake received (whatever its outcome), with the rendered message it got."""
 
     provider: str
     message_key: str
-    to: str
+    to: str = field(repr=False)
     channel: Channel
     behaviour: Behaviour
     at: float  # time.time()
+    message: Rendered | None = None
 
 
 class FakeProvider(Provider):
@@ -69,9 +71,7 @@ class FakeProvider(Provider):
         with self._lock:
             return list(self._received)
 
-    def _try_send(
-        self, *, to: str, message_key: str, channel: Channel, template_id: str, params: Mapping[str, str]
-    ) -> str | None:
+    def _try_send(self, *, to: str, message_key: str, message: Rendered) -> str | None:
         with self._lock:
             n = self._calls.get(to, 0)
             self._calls[to] = n + 1
@@ -79,7 +79,9 @@ class FakeProvider(Provider):
             behaviour = seq[min(n, len(seq) - 1)] if seq else self._default
             if self._down:
                 behaviour = Behaviour.TRANSIENT
-            self._received.append(Received(self.name, message_key, to, channel, behaviour, time.time()))
+            self._received.append(
+                Received(self.name, message_key, to, message.channel, behaviour, time.time(), message)
+            )
             ref = f"{self.name}-{next(self._refs)}"
         if self._latency_s:
             time.sleep(self._latency_s)

@@ -21,13 +21,13 @@ from urllib.parse import unquote, urlsplit
 from pydantic import SecretStr
 
 from operators.errors import ConfigError
-from operators.records import Channel
 from senders.errors import ProviderPermanentError, ProviderRetryableError
 from senders.policy.recipients import RecipientRules
 from senders.providers.base import Provider
 from senders.providers.deadline import deadline
 from senders.providers.tls import tls_context
 from senders.runtime.metrics import Metrics
+from senders.templates.render import Rendered
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 #: the most of a reply body read (for its ``id``); the rest is not needed
@@ -80,7 +80,9 @@ def _reason(exc: BaseException) -> str:
 
 
 class HttpProvider(Provider):
-    """``POST <url>`` with ``{"message_key", "channel", "to", "template_id", "params"}``.
+    """``POST <url>`` with ``{"message_key", "channel", "to", "template", "template_version",
+    "locale", ...}`` and the rendered parts (push: ``title``, ``body``; SMS: ``text``,
+    ``encoding``, ``segments``; email: ``subject``, ``text``, ``html``).
 
     2xx: sent (``id`` of a JSON reply is the reference). 408, 425, 429, 5xx, a timeout or a
     connection error: transient (Retry-After honoured). 3xx: permanent (the URL is wrong: not
@@ -150,17 +152,18 @@ class HttpProvider(Provider):
             raise late  # what was read after the cut may parse, but it is no reply
         return reply
 
-    def _try_send(
-        self, *, to: str, message_key: str, channel: Channel, template_id: str, params: Mapping[str, str]
-    ) -> str | None:
+    def _try_send(self, *, to: str, message_key: str, message: Rendered) -> str | None:
         body = json.dumps(
             {
                 "message_key": message_key,
-                "channel": channel.value,
+                "channel": message.channel.value,
                 "to": to,
-                "template_id": template_id,
-                "params": dict(params),
-            }
+                "template": message.template,
+                "template_version": message.version,
+                "locale": message.locale,
+                **message.fields(),
+            },
+            ensure_ascii=False,
         ).encode("utf-8")
         headers = {"Content-Type": "application/json", IDEMPOTENCY_HEADER: message_key}
         if self._token:

@@ -6,33 +6,23 @@ import hashlib
 import smtplib
 import socket
 import ssl
-from collections.abc import Callable, Mapping
 from email.message import EmailMessage
 
 from pydantic import SecretStr
 
 from operators.errors import ConfigError
-from operators.records import Channel
 from senders.errors import ProviderPermanentError, ProviderRetryableError
 from senders.policy.recipients import RecipientRules
 from senders.providers.base import Provider
 from senders.providers.deadline import deadline
 from senders.providers.tls import tls_context
 from senders.runtime.metrics import Metrics
+from senders.templates.render import EmailContent, Rendered
 
 #: server replies that mean our login is wrong: retried (it is ours to fix), address kept
 AUTH_CODES = frozenset({530, 534, 535, 538})
 #: a refused recipient with one of these enhanced statuses is an invalid address (5.1.x)
 DEFAULT_INVALID_RECIPIENT = "5.1"
-
-Renderer = Callable[[str, Mapping[str, str]], tuple[str, str]]
-
-
-def render_plain(template_id: str, params: Mapping[str, str]) -> tuple[str, str]:
-    """Subject and body of a message; a stand-in until templates are rendered upstream."""
-    body = "\n".join(f"{k}: {v}" for k, v in sorted(params.items())) or template_id
-    return template_id, body + "\n"
-
 
 def _enhanced(message: bytes | str) -> str:
     """The enhanced status code (5.1.1) a reply's text starts with, or ""."""
@@ -99,7 +89,6 @@ class SmtpProvider(Provider):
         username: str | None = None,
         password: SecretStr | None = None,
         invalid_recipient: RecipientRules | None = None,
-        renderer: Renderer = render_plain,
         metrics: Metrics | None = None,
     ) -> None:
         super().__init__(name=name, metrics=metrics)
@@ -121,23 +110,25 @@ class SmtpProvider(Provider):
         self._tls = tls_context(ca_file) if starttls or implicit_tls else None
         self._username = username
         self._password = password
-        self._renderer = renderer
 
-    def _message(self, to: str, message_key: str, template_id: str, params: Mapping[str, str]) -> EmailMessage:
-        subject, body = self._renderer(template_id, params)
+    def _message(self, to: str, message_key: str, message: Rendered) -> EmailMessage:
+        """multipart/alternative: the plain text, then the HTML."""
+        content = message.content
+        if not isinstance(content, EmailContent):
+            raise ProviderPermanentError(self.name, f"not an email: {message.channel}", deactivate_address=False)
         msg = EmailMessage()
         msg["From"] = self.sender
         msg["To"] = to
-        msg["Subject"] = subject
+        msg["Subject"] = content.subject
         msg["Message-ID"] = message_id(message_key)
         msg["X-Notify-Message-Key"] = message_key
-        msg.set_content(body)
+        msg["Content-Language"] = message.locale
+        msg.set_content(content.text)
+        msg.add_alternative(content.html, subtype="html")
         return msg
 
-    def _try_send(
-        self, *, to: str, message_key: str, channel: Channel, template_id: str, params: Mapping[str, str]
-    ) -> str | None:
-        msg = self._message(to, message_key, template_id, params)
+    def _try_send(self, *, to: str, message_key: str, message: Rendered) -> str | None:
+        msg = self._message(to, message_key, message)
         smtp: list[_Smtp] = []  # made inside the deadline: its constructor connects
         accepted = False
         late = ProviderRetryableError(self.name, f"no reply within {self._timeout_s:g} s")

@@ -20,6 +20,7 @@ from senders.providers.base import Provider
 from senders.records import Delivery
 from senders.runtime.metrics import Metrics
 from senders.statuses import AttemptOutcome, CircuitState
+from senders.templates.render import Rendered
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +89,9 @@ class Dispatcher:
     def circuit(self) -> CircuitState:
         return self._breaker.state
 
-    def send(self, delivery: Delivery, to: str, budget_s: float = float("inf")) -> AttemptResult:
+    def send(
+        self, delivery: Delivery, to: str, message: Rendered, budget_s: float = float("inf")
+    ) -> AttemptResult:
         """One attempt, within ``budget_s`` (what is left of the claim's lease, less the time to
         record the outcome): no call starts that could outlive it, the rate limit's wait included.
         A half-open probe is a real message: when the probe fails, the message goes on to the
@@ -102,7 +105,7 @@ class Dispatcher:
         if after is not before:
             self._publish_state(after)
         provider = self.primary if use_primary or self.secondary is None else self.secondary
-        result = self._call(provider, delivery, to, deadline)
+        result = self._call(provider, delivery, to, message, deadline)
         if result.provider is None:
             return result  # no call was made: nothing to tell the breaker
         failed = _provider_failed(result)
@@ -116,12 +119,14 @@ class Dispatcher:
         if changed is not None:
             self._publish_state(changed)
         if probe and failed and self.secondary is not None:
-            failover = self._call(self.secondary, delivery, to, deadline)
+            failover = self._call(self.secondary, delivery, to, message, deadline)
             if failover.provider is not None:
                 result = failover
         return result
 
-    def _call(self, provider: Provider, delivery: Delivery, to: str, deadline: float) -> AttemptResult:
+    def _call(
+        self, provider: Provider, delivery: Delivery, to: str, message: Rendered, deadline: float
+    ) -> AttemptResult:
         spare = deadline - time.monotonic() - (provider.timeout_s or 0.0)
         if spare < 0 or not self._limiters[provider.name].acquire(spare):
             return AttemptResult(
@@ -129,13 +134,7 @@ class Dispatcher:
                 f"no time left in the claim's lease for a call to {provider.name} (rate limit)",
             )
         try:
-            provider.send(
-                to=to,
-                message_key=delivery.message_key,
-                channel=delivery.channel,
-                template_id=delivery.template_id,
-                params=delivery.params,
-            )
+            provider.send(to=to, message_key=delivery.message_key, message=message)
             return AttemptResult(AttemptOutcome.SENT, provider=provider.name)
         except ProviderRetryableError as exc:
             return AttemptResult(

@@ -1,6 +1,11 @@
-"""What a worker does with one record: claim it in the status store, call the provider, record
-the outcome, and return the records to produce (status, retry, dead letter) in the batch's
-transaction. No Kafka here: the worker owns the consumer and the producer."""
+"""What a worker does with one record: rule on it and claim it in the status store (one
+transaction: ``senders.runtime.ruling``), call the provider with the rendered message, record the
+outcome, and return the records to produce (status, retry or deferral, dead letter) in the
+batch's transaction. No Kafka here: the worker owns the consumer and the producer.
+
+A rule's outcome (skipped, deferred, rejected) is a status with its reason, never a dead letter.
+A deferred message waits as a delay-topic record due at its ``not_before``, then is decided again.
+"""
 
 from __future__ import annotations
 
@@ -19,9 +24,12 @@ from senders.policy.delays import DelayAction, place_delayed
 from senders.policy.leases import send_budget_s
 from senders.policy.retry import RetryPolicy
 from senders.policy.transitions import AttemptResult, OutcomePlan, plan_outcome
-from senders.records import Delivery
+from senders.policy.verdict import RuleVerdict
+from senders.profiles.model import Contacts, ProfileError
+from senders.records import Delivery, TemplateRef
 from senders.runtime.dispatch import Dispatcher
 from senders.runtime.metrics import Metrics
+from senders.runtime.ruling import RulesContext, Ruling
 from senders.statuses import (
     AttemptOutcome,
     ClaimAction,
@@ -29,7 +37,7 @@ from senders.statuses import (
     DeliveryStatus,
     Lane,
 )
-from senders.store.addresses import AddressBook, Contact
+from senders.store.profiles import ProfileCache, ProfileRead
 from senders.store.status import StatusRow, StatusStore
 
 logger = logging.getLogger(__name__)
@@ -50,11 +58,13 @@ class AttemptEvent:
     lane: Lane
     message_key: str
     attempt: int
-    outcome: str  # sent, transient, permanent or skipped
+    outcome: str  # sent, transient, permanent; skipped, deferred, rejected (a rule); or ignored
     provider: str | None = None
-    detail: str = ""
+    detail: str = ""  # why: the error, the rule's reason, or why a record was ignored
     retry_in_ms: int | None = None
     dead_letter: str | None = None  # the reason, when the message went to the dead-letter topic
+    not_before_ms: int | None = None  # a deferred message's
+    template: TemplateRef | None = None
 
 
 @dataclass(slots=True)
@@ -84,7 +94,8 @@ class DeliveryHandler:
         lane: Lane,
         store: StatusStore,
         dispatcher: Dispatcher,
-        addresses: AddressBook,
+        profiles: ProfileCache,
+        rules: RulesContext,
         policy: RetryPolicy,
         topics: HandlerTopics,
         lease_ms: int,
@@ -93,12 +104,15 @@ class DeliveryHandler:
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         rand: Callable[[], float] = random.random,
         on_attempt: Callable[[AttemptEvent], None] | None = None,
+        prune_interval_ms: int = 0,
     ) -> None:
+        """``prune_interval_ms``: prune the status store that often (0: this handler never does)."""
         self.channel = channel
         self.lane = lane
         self.store = store
         self.dispatcher = dispatcher
-        self.addresses = addresses
+        self.profiles = profiles
+        self.rules = rules
         self.policy = policy
         self.topics = topics
         self.lease_ms = lease_ms
@@ -108,6 +122,8 @@ class DeliveryHandler:
         self._rand = rand
         self._on_attempt = on_attempt
         self._labels: dict[str, Any] = {"channel": channel.value, "lane": lane.value}
+        self._prune_interval_ms = prune_interval_ms
+        self._next_prune_ms = 0
 
     def handle(
         self,
@@ -136,6 +152,27 @@ class DeliveryHandler:
             return self._not_due(d, now, delay_step_ms, now if written_ms is None or written_ms <= 0 else written_ms)
         return self._claim(d, now)
 
+    def housekeeping(self) -> None:
+        """Between batches: prune the status store when it is time (a failure waits for the next)."""
+        if self._prune_interval_ms <= 0:
+            return
+        now = self._clock_ms()
+        if now < self._next_prune_ms:
+            return
+        self._next_prune_ms = now + self._prune_interval_ms
+        try:
+            dropped = self.store.prune(now, self.rules.retention_ms)
+        except StoreUnavailableError as exc:
+            logger.warning("pruning the status store failed: %s", exc)
+            return
+        if dropped:
+            logger.info(
+                "pruned %d rows older than the retention (%d ms) from the status store",
+                dropped,
+                self.rules.retention_ms,
+            )
+        self.metrics.inc("sender_store_pruned_total", dropped)
+
     def _not_due(self, d: Delivery, now: int, step_ms: int | None, written_ms: int) -> Handled:
         if step_ms is None:  # a first attempt with a due time: none are written so, but be safe
             return Handled(hold_until_ms=d.not_before_ms)
@@ -149,7 +186,8 @@ class DeliveryHandler:
         return Handled([self._retry_record(d, d.attempt, place.not_before_ms, d.last_error, place.step_ms)])
 
     def _claim(self, d: Delivery, now: int) -> Handled:
-        decision, row = self.store.claim(
+        ruling = self._prepare(d, now)
+        decision, row, verdict = self.store.claim(
             message_key=d.message_key,
             notification_id=d.notification_id,
             channel=d.channel,
@@ -158,42 +196,112 @@ class DeliveryHandler:
             now_ms=now,
             lease_ms=self.lease_ms,
             owner=self.owner,
+            user_id=d.user_id,
+            rules=ruling.verdict if isinstance(ruling, Ruling) else None,
+            limits=ruling.limits if isinstance(ruling, Ruling) else (),
         )
         if decision.action is ClaimAction.SKIP:
             logger.debug("skip %s attempt %d: %s", d.message_key, d.attempt, decision.reason)
             self.metrics.inc("sender_skipped_total", **self._labels)
-            self._emit(
-                AttemptEvent(
-                    d.channel, self.lane, d.message_key, d.attempt, "skipped", detail=decision.reason
-                )
-            )
+            self._emit(AttemptEvent(d.channel, self.lane, d.message_key, d.attempt, "ignored", detail=decision.reason))
             return Handled()
         if decision.action is ClaimAction.WAIT:
             return Handled(hold_until_ms=decision.until_ms)
+        if decision.action is ClaimAction.DEFER:
+            # a record of a deferred message before its time: back to wait in the delay topic
+            return Handled([self._deferral_record(d, decision.until_ms, now)])
         if decision.action is ClaimAction.REPUBLISH:
             assert row is not None
             logger.info("republishing the outcome of %s attempt %d", d.message_key, d.attempt)
             return Handled(self._republish(d, row), [(d.message_key, row.attempts)])
-        return self._attempt(d, now)
+        if verdict is not None and not verdict.send:
+            return self._ruled(d, verdict, now)
+        return self._attempt(d, now, ruling)
+
+    def _prepare(self, d: Delivery, now: int) -> Ruling | str:
+        """The rules of the delivery, or why its contacts cannot be read (then the attempt fails
+        transiently and is retried: nothing can be sent without them)."""
+        try:
+            read = self.profiles.read(d.user_id)
+        except ProfileError as exc:  # a contact no configured key decrypts, a damaged row
+            logger.warning("the profile of %s cannot be read: %s", d.message_key, type(exc).__name__)
+            return "contacts cannot be read (check senders.contact_encryption_keys)"
+        return self.rules.prepare(d, read.preferences, self._usable(d.channel, read), now)
+
+    def _usable(self, channel: Channel, read: ProfileRead) -> Contacts:
+        """The contacts with those a provider deactivated marked inactive; one deactivated before
+        the user registered it again is reactivated."""
+        contacts = read.contacts.of(channel)
+        kept = tuple(
+            c
+            if not c.active or self._active(channel, c.address, read.registered_ms.get((channel, c.address), 0))
+            else c.model_copy(update={"active": False})
+            for c in contacts
+        )
+        if kept == contacts:
+            return read.contacts
+        return read.contacts.model_copy(update={channel.value: kept})
+
+    def _active(self, channel: Channel, address: str, registered_ms: int) -> bool:
+        since = self.store.inactive_since(channel, address)
+        if since is None:
+            return True
+        if registered_ms > since and self.store.reactivate(channel, address):
+            logger.info("%s address registered again after its deactivation: reactivated", channel)
+            self.metrics.inc("sender_addresses_reactivated_total", **self._labels)
+            return True
+        return False
+
+    def _ruled(self, d: Delivery, verdict: RuleVerdict, now: int) -> Handled:
+        """A rule's outcome, recorded in the claim's transaction: its status (and, deferred, the
+        record that brings the message back when due)."""
+        assert verdict.status is not None
+        outputs = self._outcome_records(
+            d,
+            status=verdict.status,
+            attempt=d.attempt,
+            provider=None,
+            error=None,
+            retry_at_ms=None,
+            dead_letter=None,
+            now_ms=now,
+            reason=verdict.reason,
+            not_before_ms=verdict.not_before_ms,
+            template=verdict.template,
+        )
+        logger.info("%s attempt %d %s: %s", d.message_key, d.attempt, verdict.status, verdict.reason)
+        reason = (verdict.reason or "").split(":", 1)[0]
+        self.metrics.inc("sender_rule_outcomes_total", status=verdict.status.value, reason=reason, **self._labels)
+        self._emit(
+            AttemptEvent(
+                d.channel,
+                self.lane,
+                d.message_key,
+                d.attempt,
+                verdict.status.value,
+                detail=verdict.reason or "",
+                not_before_ms=verdict.not_before_ms,
+                template=verdict.template,
+            )
+        )
+        return Handled(outputs, [(d.message_key, d.attempt)])
 
     # -- one attempt ------------------------------------------------------------------------------
 
-    def _attempt(self, d: Delivery, claimed_at: int) -> Handled:
-        """Claimed: check, send, record the outcome, build its records."""
-        outputs = [self._status(d, DeliveryStatus.SENDING, d.attempt, claimed_at)]
-        contact, refusal = self._checks(d)
-        address = contact.address if contact is not None else None
-        dead_letter: DeadLetterReason | None = None
-        if refusal is not None:
-            result, dead_letter = refusal
-        else:
-            assert contact is not None
+    def _attempt(self, d: Delivery, claimed_at: int, ruling: Ruling | str) -> Handled:
+        """Claimed, the rules say send: send the rendered message, record the outcome, build its
+        records."""
+        template = ruling.template if isinstance(ruling, Ruling) else None
+        outputs = [self._status(d, DeliveryStatus.SENDING, d.attempt, claimed_at, template=template)]
+        address = ruling.address if isinstance(ruling, Ruling) else None
+        if isinstance(ruling, Ruling) and ruling.rendered is not None and address is not None:
+            template = TemplateRef(ruling.rendered.template, ruling.rendered.version, ruling.rendered.locale)
             budget = send_budget_s(self.lease_ms, self._clock_ms() - claimed_at)
-            result = self.dispatcher.send(d, contact.address, budget_s=budget)
+            result = self.dispatcher.send(d, address, ruling.rendered, budget_s=budget)
+        else:
+            result = AttemptResult(AttemptOutcome.TRANSIENT, ruling if isinstance(ruling, str) else "not ruled")
         now = self._clock_ms()
         plan = plan_outcome(result, attempt=d.attempt, policy=self.policy, now_ms=now, rand=self._rand())
-        if dead_letter is not None:
-            plan = OutcomePlan(plan.status, dead_letter=dead_letter)
         error = result.reason or None
         deactivate = (d.channel, address) if plan.deactivate_address and address is not None else None
         recorded = self._record(
@@ -223,33 +331,10 @@ class DeliveryHandler:
             retry_at_ms=plan.retry_at_ms,
             dead_letter=plan.dead_letter,
             now_ms=now,
+            template=template,
         )
-        self._count(d, plan, result)
+        self._count(d, plan, result, template)
         return Handled(outputs, [(d.message_key, d.attempt)])
-
-    def _checks(self, d: Delivery) -> tuple[Contact | None, tuple[AttemptResult, DeadLetterReason] | None]:
-        """Whom to send to, or why the message is dead-lettered without a call. Every rule that
-        may stop an attempt before the provider is called belongs here."""
-        contact = self.addresses.lookup(d.user_id, d.channel)
-        if contact is None:
-            result = AttemptResult(AttemptOutcome.PERMANENT, "no address for the user on this channel")
-            return None, (result, DeadLetterReason.NO_ADDRESS)
-        if not self._active(d.channel, contact):
-            result = AttemptResult(AttemptOutcome.PERMANENT, "address inactive after an invalid-recipient answer")
-            return contact, (result, DeadLetterReason.ADDRESS_INACTIVE)
-        return contact, None
-
-    def _active(self, channel: Channel, contact: Contact) -> bool:
-        """Whether the address may be used; one deactivated before the user registered it again
-        is reactivated."""
-        since = self.store.inactive_since(channel, contact.address)
-        if since is None:
-            return True
-        if contact.registered_ms > since and self.store.reactivate(channel, contact.address):
-            logger.info("%s address registered again after its deactivation: reactivated", channel)
-            self.metrics.inc("sender_addresses_reactivated_total", **self._labels)
-            return True
-        return False
 
     @staticmethod
     def _record(finish: Callable[[], bool], budget_s: float) -> bool:
@@ -268,7 +353,7 @@ class DeliveryHandler:
                 time.sleep(pause)
                 pause = min(pause * 2, 1.0)
 
-    def _count(self, d: Delivery, plan: OutcomePlan, result: AttemptResult) -> None:
+    def _count(self, d: Delivery, plan: OutcomePlan, result: AttemptResult, template: TemplateRef | None) -> None:
         if result.provider is not None:
             self.metrics.inc(
                 "sender_sends_total", outcome=result.outcome.value, provider=result.provider, **self._labels
@@ -292,6 +377,7 @@ class DeliveryHandler:
                 result.reason,
                 retry_in,
                 plan.dead_letter.value if plan.dead_letter else None,
+                template=template,
             )
         )
 
@@ -306,6 +392,9 @@ class DeliveryHandler:
         provider: str | None = None,
         error: str | None = None,
         retry_at_ms: int | None = None,
+        reason: str | None = None,
+        not_before_ms: int | None = None,
+        template: TemplateRef | None = None,
     ) -> Output:
         value = records.status_record(
             d,
@@ -315,6 +404,9 @@ class DeliveryHandler:
             provider=provider,
             error=error,
             retry_at_ms=retry_at_ms,
+            reason=reason,
+            not_before_ms=not_before_ms,
+            template=template,
         )
         return Output(self.topics.status, d.message_key.encode(), codec.encode("delivery_status", value))
 
@@ -329,11 +421,17 @@ class DeliveryHandler:
         retry_at_ms: int | None,
         dead_letter: DeadLetterReason | None,
         now_ms: int,
+        reason: str | None = None,
+        not_before_ms: int | None = None,
+        template: TemplateRef | None = None,
     ) -> list[Output]:
-        out = [self._status(d, status, attempt, now_ms, provider, error, retry_at_ms)]
+        out = [self._status(d, status, attempt, now_ms, provider, error, retry_at_ms, reason, not_before_ms, template)]
         if status is DeliveryStatus.QUEUED and retry_at_ms is not None:
             step = self.policy.step_for(retry_at_ms - now_ms)
             out.append(self._retry_record(d, attempt + 1, retry_at_ms, error or "", step))
+        if status is DeliveryStatus.DEFERRED and not_before_ms is not None:
+            # the same attempt comes back: a deferral makes no provider call
+            out.append(self._deferral_record(d, not_before_ms, now_ms, reason or ""))
         if dead_letter is not None:
             called = dead_letter not in (DeadLetterReason.ADDRESS_INACTIVE, DeadLetterReason.NO_ADDRESS)
             letter = records.dead_letter_record(
@@ -351,6 +449,10 @@ class DeliveryHandler:
             out.append(Output(self.topics.dlq, d.message_key.encode(), codec.encode("dead_letter", letter)))
         return out
 
+    def _deferral_record(self, d: Delivery, not_before_ms: int, now_ms: int, reason: str = "") -> Output:
+        step = self.policy.step_for(not_before_ms - now_ms)
+        return self._retry_record(d, d.attempt, not_before_ms, f"deferred: {reason}" if reason else "deferred", step)
+
     def _retry_record(self, d: Delivery, attempt: int, not_before_ms: int, error: str, step_ms: int) -> Output:
         retry = records.delay_record(d, attempt=attempt, not_before_ms=not_before_ms, last_error=error)
         return Output(self.topics.delay(d.source_topic, step_ms), d.kafka_key, codec.encode("delayed_delivery", retry))
@@ -365,15 +467,16 @@ class DeliveryHandler:
             retry_at_ms=row.retry_at_ms,
             dead_letter=row.dead_letter,
             now_ms=row.updated_ms,
+            reason=row.reason,
+            not_before_ms=row.not_before_ms,
+            template=row.template,
         )
 
     def _undecodable(
         self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes, exc: Exception
     ) -> Handled:
         logger.warning("undecodable record at %s[%d]@%d: %s", topic, partition, offset, type(exc).__name__)
-        self.metrics.inc(
-            "sender_dead_letters_total", reason=DeadLetterReason.UNDECODABLE.value, **self._labels
-        )
+        self.metrics.inc("sender_dead_letters_total", reason=DeadLetterReason.UNDECODABLE.value, **self._labels)
         letter = records.dead_letter_record(
             message_key=None,
             channel=self.channel,

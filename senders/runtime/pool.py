@@ -18,15 +18,18 @@ from ops import kafka_io
 from senders.errors import InstanceInUseError
 from senders.policy.leases import check_lease
 from senders.policy.restarts import FenceWatch, RestartPolicy
+from senders.profiles.crypto import ContactCipher
 from senders.providers import Provider, build_provider, provider_label
 from senders.runtime.dispatch import Dispatcher
 from senders.runtime.handler import AttemptEvent, DeliveryHandler, HandlerTopics
 from senders.runtime.identity import ProcessIdentity
 from senders.runtime.metrics import Metrics
+from senders.runtime.ruling import RulesContext
 from senders.runtime.worker import SenderWorker, WorkerOptions
 from senders.statuses import Lane
-from senders.store.addresses import AddressBook, address_book
+from senders.store.profiles import ProfileCache, ProfileStore
 from senders.store.status import StatusStore, open_store
+from senders.templates.catalog import Catalog, load_catalog
 from settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -77,6 +80,38 @@ def open_status_store(cfg: Settings) -> StatusStore:
         synchronous=s.sqlite_synchronous,
         password=password,
         busy_timeout_ms=s.sqlite_busy_timeout_ms,
+    )
+
+
+def contact_cipher(cfg: Settings) -> ContactCipher:
+    """The contacts' keys from the settings; a ConfigError naming the settings when missing."""
+    s = cfg.senders
+    missing = [n for n in ("contact_encryption_keys", "contact_lookup_keys") if getattr(s, n) is None]
+    if missing:
+        raise ConfigError(
+            f"set senders.{' and senders.'.join(missing)} (DEDUP_SENDERS_{missing[0].upper()}): the contacts"
+            " at rest are encrypted and found by a keyed hash; `dedupctl users keygen` makes a key"
+        )
+    return ContactCipher.from_options(s.contact_keys())
+
+
+def open_profile_store(cfg: Settings, store: StatusStore | None = None) -> ProfileStore:
+    """The profiles, in the status store's database (``store``'s connection, or a new one)."""
+    return ProfileStore((store or open_status_store(cfg)).db, contact_cipher(cfg))
+
+
+def rules_context(cfg: Settings, catalog: Catalog | None = None) -> RulesContext:
+    """What the rules need, from the settings: the templates (loaded and validated now: a bad
+    directory stops the start with its problems), the limits, the retention."""
+    s = cfg.senders
+    options = s.template_options()
+    cipher = contact_cipher(cfg)
+    return RulesContext(
+        catalog=catalog if catalog is not None else load_catalog(options),
+        rules=s.rule_options(),
+        templates=options,
+        recipient_id=cipher.lookup_hash,
+        retention_ms=s.retention_ms(cfg.dedup.max_window_sec),
     )
 
 
@@ -255,23 +290,27 @@ def build_pool(
     lanes: Sequence[Lane] = ALL_LANES,
     workers_per_lane: int = 1,
     providers: Mapping[Channel, tuple[Provider, Provider | None]] | None = None,
-    addresses: AddressBook | None = None,
     metrics: Metrics | None = None,
     on_attempt: Callable[[AttemptEvent], None] | None = None,
+    catalog: Catalog | None = None,
+    clock_ms: Callable[[], int] | None = None,
 ) -> SenderPool:
     """Workers for each channel and lane (``workers_per_lane`` of each, one consumer group per
-    channel and lane); the dispatchers (providers, breakers, rate limits) are shared."""
+    channel and lane); the dispatchers (providers, breakers, rate limits) are shared. ``clock_ms``
+    replaces the rules' and the handlers' clock (a test, or a demo at night somewhere)."""
     s = cfg.senders
     metrics = metrics if metrics is not None else Metrics()
     dispatchers = build_dispatchers(cfg, channels, metrics, providers)
-    book = addresses if addresses is not None else address_book(s.address_book)
+    check_lease(s.lease_ms, _send_deadlines(dispatchers.values()))
+    rules = rules_context(cfg, catalog)
+    cipher = contact_cipher(cfg)
+    clock = {"clock_ms": clock_ms} if clock_ms is not None else {}
     instance = s.instance_id or uuid.uuid4().hex[:12]
     policy = s.retry_policy()
     topics = HandlerTopics(
         status=s.status_topic, dlq=s.dlq_topic, delay=lambda topic, step: s.delay_topics(topic)[step]
     )
-    check_lease(s.lease_ms, _send_deadlines(dispatchers.values()))
-    workers = []
+    workers: list[SenderWorker] = []
     for channel in channels:
         for lane in lanes:
             source = source_topic(cfg, channel, lane)
@@ -284,13 +323,16 @@ def build_pool(
                     lane=lane,
                     store=store,
                     dispatcher=dispatchers[channel],
-                    addresses=book,
+                    profiles=ProfileCache(ProfileStore(store.db, cipher), s.profile_cache_ttl_ms),
+                    rules=rules,
                     policy=policy,
                     topics=topics,
                     lease_ms=s.lease_ms,
                     owner=f"{txn_id}/{uuid.uuid4().hex[:8]}",
                     metrics=metrics,
                     on_attempt=on_attempt,
+                    prune_interval_ms=s.prune_interval_ms if not workers else 0,  # the first worker prunes
+                    **clock,
                 )
                 options = WorkerOptions(
                     group_id=group_id(cfg, channel, lane),

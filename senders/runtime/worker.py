@@ -145,6 +145,7 @@ class SenderWorker:
                 if batch:
                     self._process(consumer, producer, batch)
                 self._measure_lag(consumer)
+                self.handler.housekeeping()
         finally:
             self.ready.clear()
             try:

@@ -37,6 +37,38 @@ SCHEMA = (
         created_ms BIGINT NOT NULL,
         updated_ms BIGINT NOT NULL
     )""",
+    # the rules' counters (senders.rules.limits): one row per counter, locked while it is
+    # counted, and its distinct units
+    """CREATE TABLE IF NOT EXISTS limit_counter (
+        counter_key TEXT PRIMARY KEY,
+        expires_ms BIGINT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS limit_unit (
+        counter_key TEXT NOT NULL,
+        unit TEXT NOT NULL,
+        expires_ms BIGINT NOT NULL,
+        PRIMARY KEY (counter_key, unit)
+    )""",
+    # user profiles (senders.store.profiles): the preferences in the clear, the contacts sealed
+    """CREATE TABLE IF NOT EXISTS user_profile (
+        user_id TEXT PRIMARY KEY,
+        preferences TEXT NOT NULL,
+        updated_ms BIGINT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS user_contact (
+        user_id TEXT NOT NULL,
+        channel TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        address_enc TEXT NOT NULL,
+        address_hash TEXT NOT NULL,
+        verified INTEGER NOT NULL,
+        active INTEGER NOT NULL,
+        platform TEXT,
+        registered_ms BIGINT NOT NULL,
+        PRIMARY KEY (user_id, channel, position)
+    )""",
+    "CREATE INDEX IF NOT EXISTS user_contact_by_hash ON user_contact (channel, address_hash)",
+
     """CREATE TABLE IF NOT EXISTS inactive_address (
         channel TEXT NOT NULL,
         address_hash TEXT NOT NULL,
@@ -62,6 +94,21 @@ SCHEMA = (
         pid INTEGER NOT NULL,
         heartbeat_ms BIGINT NOT NULL
     )""",
+)
+
+#: columns added to a table after its first release: (table, column, type), added where missing
+ADDED_COLUMNS = (
+    ("delivery_status", "user_id", "TEXT"),
+    ("delivery_status", "reason", "TEXT"),
+    ("delivery_status", "not_before_ms", "BIGINT"),
+    ("delivery_status", "template", "TEXT"),
+    ("delivery_status", "template_version", "INTEGER"),
+    ("delivery_status", "locale", "TEXT"),
+)
+#: indexes on added columns (made after them)
+INDEXES = (
+    "CREATE INDEX IF NOT EXISTS delivery_status_by_user ON delivery_status (user_id)",
+    "CREATE INDEX IF NOT EXISTS delivery_status_by_age ON delivery_status (updated_ms)",
 )
 
 #: serialises concurrent CREATE TABLE IF NOT EXISTS on PostgreSQL (which may otherwise collide)
@@ -117,6 +164,22 @@ class Database:
                 cur.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
             for ddl in SCHEMA:
                 cur.execute(ddl)
+            for table, column, kind in ADDED_COLUMNS:
+                if column not in self._columns(cur, table):
+                    cur.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+            for ddl in INDEXES:
+                cur.execute(ddl)
+
+    def _columns(self, cur: Any, table: str) -> set[str]:
+        if self.dialect == "postgresql":
+            cur.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = %s"
+                " AND table_schema = current_schema()",
+                (table,),
+            )
+            return {r[0] for r in cur.fetchall()}
+        cur.execute(f"PRAGMA table_info({table})")
+        return {r[1] for r in cur.fetchall()}
 
     @contextmanager
     def tx(self, write: bool = True) -> Iterator[Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -23,14 +23,22 @@ from senders.policy.transitions import (
     check_transition,
     decide_claim,
 )
-from senders.statuses import ClaimAction, DeadLetterReason, DeliveryStatus, Lane
+from senders.policy.verdict import RuleVerdict
+from senders.records import TemplateRef
+from senders.rules.limits import CounterState, LimitClaim
+from senders.statuses import FINAL_STATUSES, ClaimAction, DeadLetterReason, DeliveryStatus, Lane
 from senders.store.db import Database, open_database
+
+#: the rules' verdict given the state of the counters they consult, and whether the key is new
+#: to the store (never seen, or pruned)
+Rules = Callable[[Mapping[str, CounterState], bool], RuleVerdict]
 
 logger = logging.getLogger(__name__)
 
 _COLUMNS = (
     "message_key, notification_id, channel, lane, status, attempts, provider, last_error, dead_letter,"
-    " retry_at_ms, lease_until_ms, owner, unpublished, updated_ms"
+    " retry_at_ms, lease_until_ms, owner, unpublished, updated_ms, user_id, reason, not_before_ms,"
+    " template, template_version, locale"
 )
 
 
@@ -54,6 +62,10 @@ class StatusRow:
     owner: str | None
     unpublished: bool
     updated_ms: int
+    user_id: str | None = None
+    reason: str | None = None
+    not_before_ms: int | None = None
+    template: TemplateRef | None = None
 
     @classmethod
     def from_db(cls, row: tuple[Any, ...]) -> StatusRow:
@@ -72,6 +84,12 @@ class StatusRow:
             owner,
             unpub,
             updated,
+            user_id,
+            reason,
+            not_before,
+            template,
+            version,
+            locale,
         ) = row
         return cls(
             key,
@@ -88,10 +106,14 @@ class StatusRow:
             owner,
             bool(unpub),
             int(updated),
+            user_id,
+            reason,
+            None if not_before is None else int(not_before),
+            TemplateRef(template, None if version is None else int(version), locale) if template else None,
         )
 
     def state(self) -> StoredState:
-        return StoredState(self.status, self.attempts, self.lease_until_ms, self.unpublished)
+        return StoredState(self.status, self.attempts, self.lease_until_ms, self.unpublished, self.not_before_ms or 0)
 
 
 #: a dead letter's place: (topic, partition, offset)
@@ -102,6 +124,17 @@ class RedriveStep(StrEnum):
     PRODUCE = "produce"  # produce the payload back to its channel topic
     ALREADY = "already"  # this dead letter was redriven before
     NOT_FAILED = "not_failed"  # its message is no longer failed (sent, or redriven by another letter)
+
+
+def erase_user_rows(db: Database, cur: Any, user_id: str, counter_prefixes: Iterable[str]) -> int:
+    """Inside a transaction: remove a user's status history, and the limit units of the counters
+    under ``counter_prefixes`` (they name the user or the user's addresses). Returns the status
+    rows removed."""
+    n = db.exec(cur, "DELETE FROM delivery_status WHERE user_id = ?", (user_id,)).rowcount
+    for prefix in counter_prefixes:
+        for table in ("limit_unit", "limit_counter"):
+            db.exec(cur, f"DELETE FROM {table} WHERE substr(counter_key, 1, ?) = ?", (len(prefix), prefix))
+    return int(n)
 
 
 class StatusStore:
@@ -134,13 +167,22 @@ class StatusStore:
         now_ms: int,
         lease_ms: int,
         owner: str,
-    ) -> tuple[ClaimDecision, StatusRow | None]:
-        """queued -> sending for ``attempt``, if ``decide_claim`` allows it; else why not."""
+        user_id: str | None = None,
+        rules: Rules | None = None,
+        limits: Sequence[LimitClaim] = (),
+    ) -> tuple[ClaimDecision, StatusRow | None, RuleVerdict | None]:
+        """queued -> sending for ``attempt``, if ``decide_claim`` allows it; else why not.
+
+        When it does and ``rules`` are given, they decide in the same transaction, with the
+        counters of ``limits`` locked and counted: a message to send records the units it
+        consumes, and a skipped, deferred or rejected one takes that status at once (to publish).
+        A limit is so counted exactly once per message, whatever is retried, replayed or crashes.
+        """
         with self._db.tx() as cur:
-            self._db.exec(
+            inserted = self._db.exec(
                 cur,
                 "INSERT INTO delivery_status (message_key, notification_id, channel, lane, status, attempts,"
-                " created_ms, updated_ms) VALUES (?, ?, ?, ?, ?, 0, ?, ?)"
+                " created_ms, updated_ms, user_id) VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?)"
                 " ON CONFLICT (message_key) DO NOTHING",
                 (
                     message_key,
@@ -150,8 +192,9 @@ class StatusStore:
                     DeliveryStatus.QUEUED.value,
                     now_ms,
                     now_ms,
+                    user_id,
                 ),
-            )
+            ).rowcount
             found = self._db.exec(
                 cur,
                 f"SELECT {_COLUMNS} FROM delivery_status WHERE message_key = ?{self._db.for_update}",
@@ -159,15 +202,81 @@ class StatusStore:
             ).fetchone()
             row = StatusRow.from_db(found)
             decision = decide_claim(row.state(), attempt, now_ms)
-            if decision.action is ClaimAction.CLAIM:
+            if decision.action is not ClaimAction.CLAIM:
+                return decision, row, None
+            verdict = RuleVerdict() if rules is None else rules(self._counts(cur, limits, now_ms), inserted == 1)
+            ref = verdict.template
+            template = (ref.name, ref.version, ref.locale) if ref else (None, None, None)
+            if verdict.send:
                 check_transition(row.status, DeliveryStatus.SENDING)
+                self._consume(cur, verdict.consume)
                 self._db.exec(
                     cur,
                     "UPDATE delivery_status SET status = ?, attempts = ?, lease_until_ms = ?, owner = ?,"
-                    " unpublished = 0, updated_ms = ? WHERE message_key = ?",
-                    (DeliveryStatus.SENDING.value, attempt, now_ms + lease_ms, owner, now_ms, message_key),
+                    " unpublished = 0, updated_ms = ?, reason = NULL, not_before_ms = NULL,"
+                    " template = ?, template_version = ?, locale = ? WHERE message_key = ?",
+                    (DeliveryStatus.SENDING.value, attempt, now_ms + lease_ms, owner, now_ms, *template, message_key),
                 )
-            return decision, row
+            else:
+                assert verdict.status is not None
+                check_transition(row.status, verdict.status)
+                self._db.exec(
+                    cur,
+                    "UPDATE delivery_status SET status = ?, attempts = ?, lease_until_ms = 0, owner = ?,"
+                    " unpublished = 1, updated_ms = ?, reason = ?, not_before_ms = ?, retry_at_ms = NULL,"
+                    " template = ?, template_version = ?, locale = ? WHERE message_key = ?",
+                    (
+                        verdict.status.value,
+                        attempt,
+                        owner,
+                        now_ms,
+                        verdict.reason,
+                        verdict.not_before_ms,
+                        *template,
+                        message_key,
+                    ),
+                )
+            return decision, row, verdict
+
+    def _counts(self, cur: Any, limits: Sequence[LimitClaim], now_ms: int) -> dict[str, CounterState]:
+        """Each counter locked (its row, made if missing: two workers never count one at once)
+        and its units counted."""
+        counts: dict[str, CounterState] = {}
+        for claim in sorted(limits, key=lambda c: c.key):  # one lock order: no deadlock
+            self._db.exec(
+                cur,
+                "INSERT INTO limit_counter (counter_key, expires_ms) VALUES (?, ?)"
+                " ON CONFLICT (counter_key) DO NOTHING",
+                (claim.key, claim.expires_at_ms),
+            )
+            self._db.exec(
+                cur, f"SELECT counter_key FROM limit_counter WHERE counter_key = ?{self._db.for_update}", (claim.key,)
+            ).fetchone()
+            used, mine = self._db.exec(
+                cur,
+                "SELECT COUNT(*), COALESCE(SUM(CASE WHEN unit = ? THEN 1 ELSE 0 END), 0) FROM limit_unit"
+                " WHERE counter_key = ? AND expires_ms > ?",
+                (claim.unit, claim.key, now_ms),
+            ).fetchone()
+            counts[claim.key] = CounterState(used=int(used), has_unit=bool(mine))
+        return counts
+
+    def _consume(self, cur: Any, claims: Sequence[LimitClaim]) -> None:
+        for claim in claims:
+            self._db.exec(
+                cur,
+                "INSERT INTO limit_unit (counter_key, unit, expires_ms) VALUES (?, ?, ?)"
+                " ON CONFLICT (counter_key, unit) DO NOTHING",
+                (claim.key, claim.unit, claim.expires_at_ms),
+            )
+
+    def limit_units(self, counter_key: str) -> list[str]:
+        """The units recorded under a counter (tests, operators)."""
+        with self._db.tx(write=False) as cur:
+            rows = self._db.exec(
+                cur, "SELECT unit FROM limit_unit WHERE counter_key = ? ORDER BY unit", (counter_key,)
+            ).fetchall()
+        return [r[0] for r in rows]
 
     def finish(
         self,
@@ -224,9 +333,7 @@ class StatusStore:
             return
         with self._db.tx() as cur:
             cur.executemany(
-                self._db.sql(
-                    "UPDATE delivery_status SET unpublished = 0 WHERE message_key = ? AND attempts = ?"
-                ),
+                self._db.sql("UPDATE delivery_status SET unpublished = 0 WHERE message_key = ? AND attempts = ?"),
                 items,
             )
 
@@ -236,8 +343,7 @@ class StatusStore:
             return bool(
                 self._db.exec(
                     cur,
-                    "UPDATE delivery_status SET status = ?, updated_ms = ?"
-                    " WHERE message_key = ? AND status = ?",
+                    "UPDATE delivery_status SET status = ?, updated_ms = ? WHERE message_key = ? AND status = ?",
                     (DeliveryStatus.DELIVERED.value, now_ms, message_key, DeliveryStatus.SENT.value),
                 ).rowcount
                 == 1
@@ -300,7 +406,8 @@ class StatusStore:
             self._db.exec(
                 cur,
                 "UPDATE delivery_status SET status = ?, attempts = 0, dead_letter = NULL, retry_at_ms = NULL,"
-                " lease_until_ms = 0, owner = NULL, unpublished = 0, updated_ms = ? WHERE message_key = ?",
+                " lease_until_ms = 0, owner = NULL, unpublished = 0, updated_ms = ?, reason = NULL,"
+                " not_before_ms = NULL WHERE message_key = ?",
                 (DeliveryStatus.QUEUED.value, now_ms, message_key),
             )
             self._db.exec(
@@ -316,10 +423,51 @@ class StatusStore:
         with self._db.tx() as cur:
             self._db.exec(
                 cur,
-                "UPDATE redriven_letter SET produced = 1 WHERE dlq_topic = ? AND dlq_partition = ?"
-                " AND dlq_offset = ?",
+                "UPDATE redriven_letter SET produced = 1 WHERE dlq_topic = ? AND dlq_partition = ? AND dlq_offset = ?",
                 letter,
             )
+
+    # -- retention --------------------------------------------------------------------
+
+    def prune(self, now_ms: int, retention_ms: int, batch: int = 1000) -> int:
+        """Drop what is older than the retention: finished rows (published) whose last change is,
+        redrive bookkeeping of letters produced then, and expired limit units. Rows still in
+        progress stay (queued, sending, deferred: their records are on their way). Batches of
+        ``batch`` rows, each its own transaction, so no writer waits long. Returns the rows dropped."""
+        cutoff = now_ms - retention_ms
+        final = tuple(s.value for s in FINAL_STATUSES)
+        marks = ", ".join("?" * len(final))
+        statements = (
+            (
+                "DELETE FROM delivery_status WHERE message_key IN (SELECT message_key FROM delivery_status"
+                f" WHERE updated_ms < ? AND unpublished = 0 AND status IN ({marks}) LIMIT ?)",
+                (cutoff, *final, batch),
+            ),
+            (
+                "DELETE FROM redriven_letter WHERE (dlq_topic, dlq_partition, dlq_offset) IN (SELECT dlq_topic,"
+                " dlq_partition, dlq_offset FROM redriven_letter WHERE at_ms < ? AND produced = 1 LIMIT ?)",
+                (cutoff, batch),
+            ),
+            (
+                "DELETE FROM limit_unit WHERE (counter_key, unit) IN (SELECT counter_key, unit FROM limit_unit"
+                " WHERE expires_ms <= ? LIMIT ?)",
+                (now_ms, batch),
+            ),
+            (
+                "DELETE FROM limit_counter WHERE counter_key IN (SELECT counter_key FROM limit_counter"
+                " WHERE expires_ms <= ? LIMIT ?)",
+                (now_ms, batch),
+            ),
+        )
+        dropped = 0
+        for text, params in statements:
+            while True:
+                with self._db.tx() as cur:
+                    n = self._db.exec(cur, text, params).rowcount
+                dropped += max(n, 0)
+                if n < batch:
+                    break
+        return dropped
 
     # -- reads ------------------------------------------------------------------------------------
 
@@ -332,9 +480,7 @@ class StatusStore:
 
     def rows(self) -> list[StatusRow]:
         with self._db.tx(write=False) as cur:
-            found = self._db.exec(
-                cur, f"SELECT {_COLUMNS} FROM delivery_status ORDER BY created_ms, message_key"
-            )
+            found = self._db.exec(cur, f"SELECT {_COLUMNS} FROM delivery_status ORDER BY created_ms, message_key")
             return [StatusRow.from_db(r) for r in found.fetchall()]
 
 

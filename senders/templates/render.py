@@ -12,7 +12,7 @@ configured segments is ``sms_too_long``. A subject or push title is kept to one 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import jinja2
 
@@ -55,6 +55,11 @@ class Rendered:
     locale: str
     channel: Channel
     content: Content
+
+    def fields(self) -> dict[str, object]:
+        """The content's parts by name (push: title, body; SMS: text, encoding, segments; email:
+        subject, text, html), as a provider's payload carries them."""
+        return {k: (str(v) if isinstance(v, SmsEncoding) else v) for k, v in asdict(self.content).items()}
 
 
 def _one_line(text: str) -> str:

@@ -47,7 +47,16 @@ def test_accepted_with_its_channel_messages_and_delivery_status():
         ("sms", TOPICS.sms, f"{story.KEY1}:sms:{story.N1.event_time}", "u-1"),
     ]
     assert n1.request_at is not None and (n1.request_at.topic, n1.request_at.offset) == (TOPICS.requests, 0)
-    assert [s["status"] for s in n1.statuses] == ["queued", "sending", "sent"]
+    assert [s["status"] for s in n1.statuses] == ["queued", "sending", "sent", "deferred"]
+    assert n1.channels["sms"] == {
+        "message_key": f"{story.KEY1}:sms:{story.N1.event_time}", "status": "deferred", "reason": "quiet_hours",
+        "not_before": story.BASE + 3_600_000, "attempts": 1, "provider": None, "template": "order_shipped",
+        "template_version": 2, "locale": "bn", "at": story.BASE + 300,
+    }
+    assert (n1.channels["push"]["status"], n1.channels["push"]["provider"], n1.channels["push"]["not_before"]) == (
+        "sent", "fake", None
+    )
+    assert r.to_dict()["notifications"]["n-1"]["channels"] == n1.channels
     # the repeat of n-1 shares its dedup key, so it is reported too
     assert r.notifications["n-2"].verdict == "duplicate"
     assert set(r.notifications) == {"n-1", "n-2"}

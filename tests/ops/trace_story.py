@@ -80,6 +80,14 @@ def records(topics: Topics, status_topic: str | None = None) -> list[Record]:
                 "error": None, "retry_at": None, "at": at,
             }
             out.append(Record(status_topic, f"{KEY1}:push:{N1.event_time}".encode(), codec.encode("delivery_status", value)))
+        sms_key = f"{KEY1}:sms:{N1.event_time}"
+        deferred = {
+            "message_key": sms_key, "notification_id": "n-1", "channel": "sms", "lane": "normal",
+            "status": "deferred", "attempt": 1, "provider": None, "error": None, "retry_at": None,
+            "at": BASE + 300, "reason": "quiet_hours", "not_before": BASE + 3_600_000,
+            "template": "order_shipped", "template_version": 2, "locale": "bn",
+        }
+        out.append(Record(status_topic, sms_key.encode(), codec.encode("delivery_status", deferred)))
     return out
 
 

@@ -4,8 +4,11 @@ messages to produce, and readers of what the workers wrote (read_committed, deco
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -17,8 +20,88 @@ from operators import codec
 from operators.contract import Topics
 from operators.records import Channel
 from ops import kafka_io
-from senders.runtime.pool import ensure_topics
-from settings import Settings
+from senders.profiles.crypto import ContactCipher, generate_key
+from senders.profiles.model import Profile, parse_profile
+from senders.rules.options import RuleOptions
+from senders.runtime.pool import ensure_topics, open_profile_store
+from senders.runtime.ruling import RulesContext
+from senders.store.profiles import ProfileCache, ProfileStore
+from senders.store.status import StatusStore
+from senders.templates.catalog import load_catalog
+from senders.templates.options import TemplateOptions
+from senders.templates.render import EmailContent, PushContent, Rendered, SmsContent
+from senders.templates.sms import SmsEncoding
+from settings import REPO_ROOT, Settings
+
+#: the tests' contact keys (one pair per test session)
+CONTACT_KEYS = {"contact_encryption_keys": generate_key(), "contact_lookup_keys": generate_key()}
+CIPHER = ContactCipher([CONTACT_KEYS["contact_encryption_keys"]], [CONTACT_KEYS["contact_lookup_keys"]])
+
+#: the tests' own template: transactional, every channel, no parameters (any message renders)
+TMPL = {
+    "template.toml": 'kind = "transactional"\nchannels = ["push", "sms", "email"]\n',
+    "v1.toml": (
+        "published_at = 2025-01-01T00:00:00Z\n"
+        '[en.push]\ntitle = "Test"\nbody = "A test notification."\n'
+        '[en.sms]\ntext = "A test notification."\n'
+        '[en.email]\nsubject = "Test"\ntext = "A test notification."\nhtml = "<p>A test notification.</p>"\n'
+    ),
+}
+
+
+def templates_dir(root: Path) -> Path:
+    """The shipped templates plus ``tmpl``, under ``root``."""
+    target = root / "templates"
+    if not target.exists():
+        shutil.copytree(REPO_ROOT / "templates", target)
+        (target / "tmpl").mkdir()
+        for name, text in TMPL.items():
+            (target / "tmpl" / name).write_text(text, encoding="utf-8")
+    return target
+
+
+def address_of(user: str, channel: Channel) -> str:
+    """The address ``register_users`` gives a user on a channel (``user-7``: ``+15550000007``)."""
+    if channel is Channel.PUSH:
+        return f"tok-{user}"
+    if channel is Channel.EMAIL:
+        return f"{user}@example.com"
+    number = re.fullmatch(r".*?(\d+)", user)
+    digits = int(number.group(1)) if number else zlib.crc32(user.encode()) % 10_000_000
+    return f"+1555{digits:07d}"
+
+
+def profile_of(user: str, channels: Iterable[Channel] = tuple(Channel), **preferences: Any) -> Profile:
+    contacts = {c.value: [address_of(user, c)] for c in channels}
+    return parse_profile({**preferences, "contacts": contacts})
+
+
+def register_users(cfg: Settings, users: Iterable[str], channels: Iterable[Channel] = tuple(Channel)) -> None:
+    """A profile for each user with an address on each channel (``address_of``)."""
+    chosen = tuple(channels)
+    open_profile_store(cfg).put_many((user, profile_of(user, chosen)) for user in dict.fromkeys(users))
+
+
+def rules_for_tests(root: Path, retention_ms: int = 10**12, **options: Any) -> RulesContext:
+    """The rules a handler test runs with: the templates of ``templates_dir(root)``."""
+    templates = TemplateOptions(directory=str(templates_dir(root)))
+    return RulesContext(load_catalog(templates), RuleOptions(**options), templates, CIPHER.lookup_hash, retention_ms)
+
+
+def profiles_for_tests(store: StatusStore, ttl_ms: int = 0) -> ProfileCache:
+    return ProfileCache(ProfileStore(store.db, CIPHER), ttl_ms)
+
+
+def sample_message(channel: Channel) -> Rendered:
+    """A rendered message for a provider test."""
+    content: PushContent | SmsContent | EmailContent
+    if channel is Channel.PUSH:
+        content = PushContent(title="Hi", body="Your order 1001 has shipped.")
+    elif channel is Channel.SMS:
+        content = SmsContent(text="Your code is 123456.", encoding=SmsEncoding.GSM7, segments=1)
+    else:
+        content = EmailContent(subject="Order 1001", text="Your order has shipped.", html="<p>Shipped</p>")
+    return Rendered("otp" if channel is Channel.SMS else "order_shipped", 1, "en", channel, content)
 
 SettingsFactory = Callable[..., Settings]
 
@@ -61,6 +144,9 @@ def fast_senders(tmp_path: Path, **overrides: object) -> dict[str, object]:
         "rate_burst": 100,
         "breaker_open_ms": 1000,
         "metrics_log_interval_s": 0,
+        "templates_dir": str(templates_dir(tmp_path)),
+        "profile_cache_ttl_ms": 200,
+        **CONTACT_KEYS,
     }
     values.update(overrides)
     return values
@@ -70,10 +156,11 @@ def fast_senders(tmp_path: Path, **overrides: object) -> dict[str, object]:
 def senders_settings(
     kafka_bootstrap: str, topic_factory: Callable[..., Topics], tmp_path: Path
 ) -> SettingsFactory:
-    """``senders_settings(partitions=2, **senders_overrides)``: Settings with fresh channel,
-    status, dead-letter and delay topics."""
+    """``senders_settings(partitions=2, users=200, **senders_overrides)``: Settings with fresh
+    channel, status, dead-letter and delay topics, and profiles for ``user-0`` ... ``user-<users-1>``
+    (``channel_message``'s users) with an address on each channel (``address_of``)."""
 
-    def make(partitions: int = 2, **overrides: object) -> Settings:
+    def make(partitions: int = 2, users: int = 200, **overrides: object) -> Settings:
         topics = topic_factory(partitions=partitions)
         prefix = topics.requests.split("notifications.")[0]
         senders = fast_senders(
@@ -86,6 +173,7 @@ def senders_settings(
         )
         cfg = cfg.with_overrides()
         ensure_topics(cfg)
+        register_users(cfg, (f"user-{i}" for i in range(users)))
         return cfg
 
     return make

@@ -14,7 +14,14 @@ from ops import kafka_io
 from senders.providers import FakeProvider
 from senders.runtime.pool import build_pool, open_status_store
 from senders.statuses import DeliveryStatus, Lane
-from tests.senders.conftest import SettingsFactory, channel_message, produce_messages, read_records, wait_until
+from tests.senders.conftest import (
+    SettingsFactory,
+    address_of,
+    channel_message,
+    produce_messages,
+    read_records,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 SMS = Channel.SMS
@@ -59,7 +66,7 @@ def test_an_aborted_transaction_still_produces_the_retry_and_the_dead_letter(
 ) -> None:
     cfg = senders_settings(partitions=1)
     retry_topic = f"{cfg.topics.sms}.retry.1s"
-    fake = FakeProvider(script={"user-1": ["transient", "ok"], "user-2": ["permanent"]})
+    fake = FakeProvider(script={address_of("user-1", SMS): ["transient", "ok"], address_of("user-2", SMS): ["permanent"]})
     pool = build_pool(cfg, channels=[SMS], lanes=[Lane.NORMAL], providers={SMS: (fake, None)})
     [worker] = pool.workers
     producers: list[AbortsOnce] = []

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from operators.records import Channel
 from senders.runtime.pool import open_status_store
@@ -46,7 +47,8 @@ def _env(cfg: Settings) -> dict[str, str]:
     env["DEDUP_TOPICS_EMAIL_PRIORITY"] = cfg.topics.email_priority
     for name, value in vars(cfg.senders).items():
         if value is not None:
-            env[f"DEDUP_SENDERS_{name.upper()}"] = str(value)
+            text = value.get_secret_value() if isinstance(value, SecretStr) else str(value)
+            env[f"DEDUP_SENDERS_{name.upper()}"] = text
     return env
 
 
@@ -84,7 +86,7 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_resends_nothing_recorded(
 ) -> None:
     n = 300
     cfg = senders_settings(
-        partitions=2, email_primary=http_provider.url, batch_size=50, status_store=store_location
+        partitions=2, users=n, email_primary=http_provider.url, batch_size=50, status_store=store_location
     )
     produce_messages(
         kafka_bootstrap, cfg.topics.email, [channel_message(i, channel=Channel.EMAIL) for i in range(n)]
@@ -135,6 +137,65 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_resends_nothing_recorded(
     assert set(sent_events) == keys and set(sent_events.values()) == {1}
 
 
+def test_the_marketing_limit_counts_once_across_a_worker_killed_mid_batch(
+    senders_settings: SettingsFactory,
+    kafka_bootstrap: str,
+    http_provider: FakeHttpProvider,
+    tmp_path: Path,
+    store_location: str,
+) -> None:
+    """Two campaigns per user, one a day allowed: whatever the kill cuts short, each user gets
+    exactly one, the other is rejected, and each user's counter holds one unit."""
+    users = 120
+    cfg = senders_settings(
+        partitions=2, users=users, email_primary=http_provider.url, batch_size=20, status_store=store_location
+    )
+    campaigns = [
+        {**channel_message(f"{i}-{c}", channel=Channel.EMAIL, user=f"user-{i}", template="weekly_digest",
+                           params={"count": "3"}), "category": "marketing"}
+        for c in ("a", "b")
+        for i in range(users)
+    ]
+    produce_messages(kafka_bootstrap, cfg.topics.email, campaigns)
+    store = open_status_store(cfg)
+    log = tmp_path / "worker.log"
+    worker = _start(cfg, log)
+    try:
+        wait_until(lambda: len(http_provider.keys()) >= 40, 60, "the first worker is sending", 0.01)
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(10)
+    finally:
+        worker.kill()
+    done = lambda: sum(r.status in (DeliveryStatus.SENT, DeliveryStatus.REJECTED) for r in store.rows())  # noqa: E731
+    assert done() < 2 * users, "the kill did not land mid-run"
+    worker = _start(cfg, log)
+    try:
+        wait_until(lambda: done() == 2 * users, 90, "the second worker finishes", 0.2)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0, log.read_text()[-3000:]
+    finally:
+        worker.kill()
+    rows = store.rows()
+    by_user: dict[str, list[str]] = {}
+    for r in rows:
+        by_user.setdefault(r.user_id or "", []).append(f"{r.status}:{r.reason}")
+    assert all(sorted(v) == ["rejected:marketing_limit", "sent:None"] for v in by_user.values()), by_user
+    assert len(by_user) == users
+    sent = {r.notification_id for r in rows if r.status is DeliveryStatus.SENT}
+    for i in range(users):
+        [unit] = [u for day in _days() for u in store.limit_units(f"marketing:user-{i}:{day}")]
+        assert unit in sent and unit.startswith(f"n-{i}-")
+    assert set(http_provider.keys()) == {r.message_key for r in rows if r.status is DeliveryStatus.SENT}
+
+
+def _days() -> list[str]:
+    """Today in UTC (the test users' zone), and yesterday if the day just changed."""
+    import datetime as dt
+
+    now = dt.datetime.now(dt.UTC)
+    return sorted({now.date().isoformat(), (now - dt.timedelta(minutes=5)).date().isoformat()})
+
+
 def test_two_processes_on_one_postgresql_store_never_send_a_message_twice(
     senders_settings: SettingsFactory,
     kafka_bootstrap: str,
@@ -144,7 +205,9 @@ def test_two_processes_on_one_postgresql_store_never_send_a_message_twice(
 ) -> None:
     n = 600
     http_provider.delay_s = 0.02  # ~12 s of sending: the second process joins well before the end
-    cfg = senders_settings(partitions=4, email_primary=http_provider.url, batch_size=20, status_store=postgres_dsn)
+    cfg = senders_settings(
+        partitions=4, users=n, email_primary=http_provider.url, batch_size=20, status_store=postgres_dsn
+    )
     produce_messages(
         kafka_bootstrap, cfg.topics.email, [channel_message(i, channel=Channel.EMAIL) for i in range(n)]
     )

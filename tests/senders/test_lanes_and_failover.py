@@ -15,6 +15,7 @@ from tests.senders.conftest import (
     channel_message,
     produce_messages,
     read_records,
+    register_users,
     wait_until,
 )
 
@@ -29,7 +30,8 @@ def test_the_priority_lane_delivers_a_code_within_a_second_while_10000_messages_
     # both lanes share the provider and its rate limit (500/s): the backlog takes 20 s to drain
     cfg = senders_settings(sms_rate_per_sec=500.0, rate_burst=10)
     fake = FakeProvider()
-    produce_messages(kafka_bootstrap, cfg.topics.sms, (channel_message(i) for i in range(backlog)))
+    register_users(cfg, ["u-otp"], [SMS])
+    produce_messages(kafka_bootstrap, cfg.topics.sms, (channel_message(i, user=f"user-{i % 200}") for i in range(backlog)))
     with build_pool(
         cfg, channels=[SMS], lanes=[Lane.NORMAL, Lane.PRIORITY], providers={SMS: (fake, None)}
     ) as pool:

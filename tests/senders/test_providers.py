@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import email.policy
 import socket
 from collections.abc import Iterator
 from email import message_from_bytes
@@ -15,6 +16,11 @@ from senders.errors import ProviderPermanentError, ProviderRetryableError
 from senders.providers import HttpProvider, SmtpProvider
 from senders.providers.smtp import message_id
 from senders.runtime.metrics import Metrics
+from senders.templates.catalog import load_catalog
+from senders.templates.options import TemplateOptions
+from senders.templates.render import Rendered, render
+from settings import REPO_ROOT
+from tests.senders.conftest import sample_message
 from tests.senders.fake_http import FakeHttpProvider
 
 
@@ -49,7 +55,7 @@ def server() -> Iterator[FakeHttpProvider]:
 
 def _send(provider: HttpProvider | SmtpProvider, to: str, key: str = "dk1:sms") -> Any:
     return provider.send(
-        to=to, message_key=key, channel=Channel.SMS, template_id="otp", params={"code": "123456"}
+        to=to, message_key=key, message=sample_message(Channel.SMS)
     )
 
 
@@ -67,8 +73,12 @@ def test_2xx_is_sent_with_the_message_key_as_idempotency_key(server: FakeHttpPro
         "message_key": "dk1:sms",
         "channel": "sms",
         "to": "+15550100",
-        "template_id": "otp",
-        "params": {"code": "123456"},
+        "template": "otp",
+        "template_version": 1,
+        "locale": "en",
+        "text": "Your code is 123456.",
+        "encoding": "gsm7",
+        "segments": 1,
     }
     assert metrics.value("provider_calls_total", provider="sms-a", outcome="sent") == 1
 
@@ -148,22 +158,46 @@ def _smtp(port: int) -> SmtpProvider:
     return SmtpProvider(name="smtp", host="127.0.0.1", port=port, sender="noreply@example.com", timeout_s=2.0)
 
 
-def test_smtp_sends_the_message_with_a_stable_message_id(smtp_server: tuple[_Handler, int]) -> None:
-    handler, port = smtp_server
-    receipt = _smtp(port).send(
-        to="ann@example.com",
-        message_key="dk2:email",
-        channel=Channel.EMAIL,
-        template_id="order_shipped",
-        params={"order": "1001"},
+def _rendered(template: str, channel: Channel, params: dict[str, str], locale: str = "en") -> Rendered:
+    options = TemplateOptions(directory=str(REPO_ROOT / "templates"))
+    return render(
+        load_catalog(options), template, channel, params, event_time_ms=1_796_115_600_000, locale=locale, options=options
     )
+
+
+def test_smtp_sends_the_rendered_message_as_text_and_html_parts(smtp_server: tuple[_Handler, int]) -> None:
+    handler, port = smtp_server
+    message = _rendered("order_shipped", Channel.EMAIL, {"order": "<1001> & co"})
+    receipt = _smtp(port).send(to="ann@example.com", message_key="dk2:email", message=message)
     [(rcpts, content)] = handler.messages
     assert rcpts == ["ann@example.com"]
-    msg = message_from_bytes(content)
-    assert msg["Subject"] == "order_shipped" and msg["From"] == "noreply@example.com"
+    msg = message_from_bytes(content, policy=email.policy.default)
+    assert msg["Subject"] == "Your order <1001> & co is on its way" and msg["From"] == "noreply@example.com"
     assert msg["Message-ID"] == message_id("dk2:email") == receipt.reference
     assert msg["X-Notify-Message-Key"] == "dk2:email"
-    assert "order: 1001" in msg.get_payload()
+    assert msg.get_content_type() == "multipart/alternative"
+    text, html = msg.iter_parts()
+    assert text.get_content_type() == "text/plain" and html.get_content_type() == "text/html"
+    assert text.get_content().replace("\r\n", "\n").strip() == message.content.text.strip()  # type: ignore[union-attr]
+    assert "<1001> & co" in text.get_content()  # the plain text takes the parameter as it is
+    assert "&lt;1001&gt; &amp; co" in html.get_content() and "<1001>" not in html.get_content()  # escaped
+
+
+def test_http_posts_the_rendered_push_message_in_the_users_locale(server: FakeHttpProvider) -> None:
+    provider = HttpProvider(name="push-a", url=server.url, timeout_s=0.5)
+    message = _rendered("payment_update", Channel.PUSH, {"amount": "12.50"}, locale="bn")
+    provider.send(to="tok-1", message_key="dk9:push", message=message)
+    [request] = server.requests
+    assert request.body == {
+        "message_key": "dk9:push",
+        "channel": "push",
+        "to": "tok-1",
+        "template": "payment_update",
+        "template_version": 1,
+        "locale": "bn",
+        "title": "পেমেন্ট পাওয়া গেছে",
+        "body": "আপনার 12.50 পেমেন্ট পাওয়া গেছে।",
+    }
 
 
 def test_smtp_unknown_recipient_is_permanent_and_blames_the_address(
@@ -171,13 +205,7 @@ def test_smtp_unknown_recipient_is_permanent_and_blames_the_address(
 ) -> None:
     _, port = smtp_server
     with pytest.raises(ProviderPermanentError) as err:
-        _smtp(port).send(
-            to="nobody@example.com",
-            message_key="dk3:email",
-            channel=Channel.EMAIL,
-            template_id="t",
-            params={},
-        )
+        _smtp(port).send(to="nobody@example.com", message_key="dk3:email", message=sample_message(Channel.EMAIL))
     assert err.value.deactivate_address and err.value.status_code == 550
     assert err.value.reason == "SMTP 550 5.1.1"  # not the server's text: it names the address
 
@@ -186,16 +214,12 @@ def test_smtp_4xx_and_connection_failures_are_transient(smtp_server: tuple[_Hand
     _, port = smtp_server
     with pytest.raises(ProviderRetryableError) as err:
         _smtp(port).send(
-            to="greylisted@example.com",
-            message_key="dk4:email",
-            channel=Channel.EMAIL,
-            template_id="t",
-            params={},
+            to="greylisted@example.com", message_key="dk4:email", message=sample_message(Channel.EMAIL)
         )
     assert err.value.status_code == 451
     with pytest.raises(ProviderRetryableError, match="connection failed"):
         _smtp(_closed_port()).send(
-            to="ann@example.com", message_key="dk5:email", channel=Channel.EMAIL, template_id="t", params={}
+            to="ann@example.com", message_key="dk5:email", message=sample_message(Channel.EMAIL)
         )
 
 

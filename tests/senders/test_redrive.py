@@ -16,6 +16,7 @@ from senders.statuses import DeliveryStatus, Lane
 from settings import Settings
 from tests.senders.conftest import (
     SettingsFactory,
+    address_of,
     channel_message,
     produce_messages,
     read_records,
@@ -53,7 +54,7 @@ def test_a_dead_letter_is_redriven_once(
     senders_settings: SettingsFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cfg = senders_settings(max_attempts=2)
-    fake = FakeProvider(script={"user-1": ["transient", "transient", "ok"]})
+    fake = FakeProvider(script={address_of("user-1", SMS): ["transient", "transient", "ok"]})
     _settle(cfg, fake, {"k1:sms": DeliveryStatus.FAILED}, produce=[1])
     config = str(write_config(cfg, tmp_path / "c.toml"))
 
@@ -77,7 +78,7 @@ def test_redrive_filters_and_a_dry_run(
     senders_settings: SettingsFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cfg = senders_settings(max_attempts=1)
-    fake = FakeProvider(script={"user-1": ["rejected", "ok"], "user-2": ["transient", "ok"]})
+    fake = FakeProvider(script={address_of("user-1", SMS): ["rejected", "ok"], address_of("user-2", SMS): ["transient", "ok"]})
     _settle(cfg, fake, {"k1:sms": DeliveryStatus.FAILED, "k2:sms": DeliveryStatus.FAILED}, produce=[1, 2])
     config = str(write_config(cfg, tmp_path / "c.toml"))
 
@@ -97,7 +98,7 @@ def test_a_redrive_cut_short_is_finished_by_the_next(
     senders_settings: SettingsFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cfg = senders_settings(max_attempts=1)
-    fake = FakeProvider(script={"user-1": ["transient", "ok"]})
+    fake = FakeProvider(script={address_of("user-1", SMS): ["transient", "ok"]})
     _settle(cfg, fake, {"k1:sms": DeliveryStatus.FAILED}, produce=[1])
     [letter] = kafka_io.read_committed(cfg.kafka.client_config(), [cfg.senders.dlq_topic], idle_timeout_s=1)
     store = open_status_store(cfg)

@@ -24,7 +24,14 @@ from senders.providers import FakeProvider
 from senders.runtime.pool import build_pool, ensure_topics, open_status_store
 from senders.statuses import DeliveryStatus, Lane
 from settings import Settings
-from tests.senders.conftest import SettingsFactory, channel_message, fast_senders, produce_messages, wait_until
+from tests.senders.conftest import (
+    SettingsFactory,
+    channel_message,
+    fast_senders,
+    produce_messages,
+    register_users,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 SMS, EMAIL, NORMAL = Channel.SMS, Channel.EMAIL, Lane.NORMAL
@@ -133,6 +140,7 @@ def test_a_broker_outage_and_a_failed_init_transactions_are_ridden_out(own_broke
     )
     kafka_io.create_topics(cfg.kafka.client_config(), topics.all(), 2)
     ensure_topics(cfg, [SMS], [NORMAL])
+    register_users(cfg, (f"user-{i}" for i in range(40)))
     fake = FakeProvider(latency_s=0.02)
     own_broker.stop()  # the workers start while the broker is down: init_transactions fails
     pool = build_pool(cfg, channels=[SMS], lanes=[NORMAL], providers={SMS: (fake, None)})

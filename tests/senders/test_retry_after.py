@@ -20,7 +20,15 @@ from senders.runtime.dispatch import Dispatcher
 from senders.runtime.metrics import Metrics
 from senders.runtime.pool import build_pool, open_status_store
 from senders.statuses import AttemptOutcome, DeliveryStatus, Lane
-from tests.senders.conftest import SettingsFactory, channel_message, produce_messages, read_records, wait_until
+from tests.senders.conftest import (
+    SettingsFactory,
+    address_of,
+    channel_message,
+    produce_messages,
+    read_records,
+    sample_message,
+    wait_until,
+)
 from tests.senders.fake_http import FakeHttpProvider
 
 SMS, EMAIL, NORMAL = Channel.SMS, Channel.EMAIL, Lane.NORMAL
@@ -63,7 +71,8 @@ def test_a_nonsense_hint_from_any_provider_is_treated_as_absent(hint: float) -> 
         metrics=Metrics(),
     )
     raw = codec.encode("channel_message", channel_message(1))
-    result = dispatcher.send(from_channel_record(raw, key=None, lane=NORMAL, source_topic="sms"), "+1")
+    delivery = from_channel_record(raw, key=None, lane=NORMAL, source_topic="sms")
+    result = dispatcher.send(delivery, "+1", sample_message(SMS))
     assert (result.outcome, result.retry_after_ms) == (AttemptOutcome.TRANSIENT, None)
 
 
@@ -75,7 +84,7 @@ def test_http_retry_after_values(http: FakeHttpProvider, header: str, expected: 
     http.replies["+1"] = (503, {"Retry-After": header})
     provider = HttpProvider(name="sms-a", url=http.url, timeout_s=1.0)
     with pytest.raises(ProviderRetryableError) as err:
-        provider.send(to="+1", message_key="k:sms", channel=SMS, template_id="t", params={})
+        provider.send(to="+1", message_key="k:sms", message=sample_message(SMS))
     assert err.value.retry_after_s == expected
 
 
@@ -85,7 +94,7 @@ def test_an_http_date_retry_after_is_honoured(http: FakeHttpProvider) -> None:
     http.replies["+1"] = (429, {"Retry-After": formatdate(time.time() + 30, usegmt=True)})
     provider = HttpProvider(name="sms-a", url=http.url, timeout_s=1.0)
     with pytest.raises(ProviderRetryableError) as err:
-        provider.send(to="+1", message_key="k:sms", channel=SMS, template_id="t", params={})
+        provider.send(to="+1", message_key="k:sms", message=sample_message(SMS))
     assert err.value.retry_after_s is not None and 28 <= err.value.retry_after_s <= 31
 
 
@@ -97,12 +106,12 @@ def test_retry_after_inf_neither_stops_the_process_nor_the_other_channels(
     senders_settings: SettingsFactory, kafka_bootstrap: str, http: FakeHttpProvider
 ) -> None:
     cfg = senders_settings(sms_primary=http.url, http_timeout_ms=1000)
-    http.script["user-1"] = [(503, {"Retry-After": "inf"}), (202, {})]
+    http.script[address_of("user-1", SMS)] = [(503, {"Retry-After": "inf"}), (202, {})]
     email = FakeProvider(name="mail")
     store = open_status_store(cfg)
     with build_pool(cfg, channels=[SMS, EMAIL], lanes=[NORMAL], providers={EMAIL: (email, None)}) as pool:
         produce_messages(kafka_bootstrap, cfg.topics.sms, [channel_message(1)])
-        wait_until(lambda: len(http.to("user-1")) >= 1, 15, "the first SMS attempt")
+        wait_until(lambda: len(http.to(address_of("user-1", SMS))) >= 1, 15, "the first SMS attempt")
         produce_messages(kafka_bootstrap, cfg.topics.email, [channel_message(2, channel=EMAIL)])
         wait_until(
             lambda: all(
@@ -112,8 +121,8 @@ def test_retry_after_inf_neither_stops_the_process_nor_the_other_channels(
             lambda: f"both sent: {[(r.message_key, r.status.value) for r in store.rows()]}; {pool.errors}",
         )
     assert not pool.errors
-    assert [r.idempotency_key for r in http.to("user-1")] == ["k1:sms", "k1:sms"]
-    gap = http.to("user-1")[1].at - http.to("user-1")[0].at
+    assert [r.idempotency_key for r in http.to(address_of("user-1", SMS))] == ["k1:sms", "k1:sms"]
+    gap = http.to(address_of("user-1", SMS))[1].at - http.to(address_of("user-1", SMS))[0].at
     assert 1.0 <= gap <= 3.0, gap  # the backoff (1 s), the hint ignored
 
 
@@ -123,9 +132,9 @@ def test_a_huge_retry_after_does_not_hold_the_retries_behind_it(
 ) -> None:
     # steps 1, 2, 4 s; a hint is honoured up to 5 s
     cfg = senders_settings(partitions=1, sms_primary=http.url, http_timeout_ms=1000, max_backoff_ms=5000)
-    http.script["user-1"] = [(503, {"Retry-After": "1e9"}), (202, {})]  # 2057
+    http.script[address_of("user-1", SMS)] = [(503, {"Retry-After": "1e9"}), (202, {})]  # 2057
     for n in (2, 3):
-        http.script[f"user-{n}"] = [(503, {"Retry-After": "4.2"}), (202, {})]  # the same delay topic (4s)
+        http.script[address_of(f"user-{n}", SMS)] = [(503, {"Retry-After": "4.2"}), (202, {})]  # the same delay topic (4s)
     store = open_status_store(cfg)
     with build_pool(cfg, channels=[SMS], lanes=[NORMAL]) as pool:
         produce_messages(kafka_bootstrap, cfg.topics.sms, [channel_message(n) for n in (1, 2, 3)])
@@ -135,10 +144,10 @@ def test_a_huge_retry_after_does_not_hold_the_retries_behind_it(
             lambda: f"all three sent: {[(r.message_key, r.status.value, r.retry_at_ms) for r in store.rows()]}",
         )
     assert not pool.errors
-    first, second = http.to("user-1")
+    first, second = http.to(address_of("user-1", SMS))
     assert 4.95 <= second.at - first.at <= 7.0  # max_backoff_ms, not 1e9 s
     for n in (2, 3):
-        a, b = http.to(f"user-{n}")
+        a, b = http.to(address_of(f"user-{n}", SMS))
         assert 4.15 <= b.at - a.at <= 6.5  # its own hint, not held behind user-1
 
 

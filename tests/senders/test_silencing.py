@@ -4,7 +4,6 @@ metric; a deactivated address can be reactivated, by hand or by registering it a
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,15 +13,18 @@ import pytest
 from dedupctl.cli import main as dedupctl
 from operators.records import Channel
 from senders.errors import ProviderPermanentError
+from senders.profiles.model import parse_profile
 from senders.providers import FakeProvider, HttpProvider, SmtpProvider
-from senders.runtime.pool import build_pool, open_status_store
+from senders.runtime.pool import build_pool, open_profile_store, open_status_store
 from senders.statuses import CircuitState, DeliveryStatus, Lane
-from senders.store.addresses import StaticAddresses
+from settings import Settings
 from tests.senders.conftest import (
     SettingsFactory,
+    address_of,
     channel_message,
     produce_messages,
     read_records,
+    sample_message,
     wait_until,
     write_config,
 )
@@ -40,7 +42,8 @@ def http() -> Iterator[FakeHttpProvider]:
 
 def _reject(provider: HttpProvider | SmtpProvider, to: str) -> ProviderPermanentError:
     with pytest.raises(ProviderPermanentError) as err:
-        provider.send(to=to, message_key="k:sms", channel=SMS, template_id="t", params={})
+        channel = EMAIL if isinstance(provider, SmtpProvider) else SMS
+        provider.send(to=to, message_key="k:sms", message=sample_message(channel))
     return err.value
 
 
@@ -152,7 +155,7 @@ def test_a_wrong_provider_url_silences_no_one_and_opens_the_breaker(
     rejected = {r.message_key for r in store.rows() if r.status is DeliveryStatus.FAILED}
     assert len(rejected) == 4  # the calls it took to see that the provider rejects everyone
     assert {r.message_key for r in secondary.received()} == {f"k{i}:sms" for i in range(12)} - rejected
-    assert not any(store.is_inactive(SMS, f"user-{i}") for i in range(12))  # nobody silenced
+    assert not any(store.is_inactive(SMS, address_of(f"user-{i}", SMS)) for i in range(12))  # nobody silenced
     label = http.url.split("/")[2]
     assert pool.metrics.value("sender_provider_rejecting", channel="sms", provider=label) == 1
     assert pool.metrics.value("sender_addresses_deactivated_total") == 0
@@ -161,8 +164,9 @@ def test_a_wrong_provider_url_silences_no_one_and_opens_the_breaker(
     assert {d["reason_kind"] for d in letters} == {"permanent_failure"}
 
 
-def _deactivate_one(cfg: object, kafka_bootstrap: str, fake: FakeProvider, book: StaticAddresses) -> None:
-    with build_pool(cfg, channels=[SMS], lanes=[NORMAL], providers={SMS: (fake, None)}, addresses=book):  # type: ignore[arg-type]
+def _deactivate_one(cfg: Settings, kafka_bootstrap: str, fake: FakeProvider) -> None:
+    open_profile_store(cfg).put("u-1", parse_profile({"contacts": {"sms": ["+15550100"]}}))
+    with build_pool(cfg, channels=[SMS], lanes=[NORMAL], providers={SMS: (fake, None)}):
         produce_messages(kafka_bootstrap, cfg.topics.sms, [channel_message(1, user="u-1")])  # type: ignore[attr-defined]
         store = open_status_store(cfg)  # type: ignore[arg-type]
         wait_until(lambda: store.is_inactive(SMS, "+15550100"), 15, "the address is deactivated")
@@ -174,8 +178,7 @@ def test_dedupctl_senders_addresses_reactivate(
 ) -> None:
     cfg = senders_settings()
     fake = FakeProvider(script={"+15550100": ["permanent", "ok"]})
-    book = StaticAddresses({"u-1": {"sms": "+15550100"}})
-    _deactivate_one(cfg, kafka_bootstrap, fake, book)
+    _deactivate_one(cfg, kafka_bootstrap, fake)
     config = write_config(cfg, tmp_path / "c.toml")
     assert dedupctl(["--config", str(config), "senders", "addresses", "reactivate", "--channel", "sms", "+15550100"]) == 0
     assert dedupctl(["--config", str(config), "senders", "addresses", "reactivate", "--channel", "sms", "+15550100"]) == 3
@@ -183,7 +186,7 @@ def test_dedupctl_senders_addresses_reactivate(
     assert "reactivated" in out and "was not inactive" in out and "+15550100" not in out
     store = open_status_store(cfg)
     assert not store.is_inactive(SMS, "+15550100")
-    with build_pool(cfg, channels=[SMS], lanes=[NORMAL], providers={SMS: (fake, None)}, addresses=book):
+    with build_pool(cfg, channels=[SMS], lanes=[NORMAL], providers={SMS: (fake, None)}):
         produce_messages(kafka_bootstrap, cfg.topics.sms, [channel_message(2, user="u-1")])
         wait_until(lambda: (r := store.get("k2:sms")) is not None and r.status is DeliveryStatus.SENT, 15, "sent again")
     assert [r.message_key for r in fake.received()] == ["k1:sms", "k2:sms"]
@@ -195,13 +198,19 @@ def test_a_contact_registered_again_is_reactivated(
 ) -> None:
     cfg = senders_settings()
     fake = FakeProvider(script={"+15550100": ["permanent", "ok"]})
-    _deactivate_one(cfg, kafka_bootstrap, fake, StaticAddresses({"u-1": {"sms": "+15550100"}}))
-    # the user enters the same number again: the address book says when
-    path = tmp_path / "book.json"
-    path.write_text(json.dumps({"u-1": {"sms": {"address": "+15550100", "registered_ms": int(time.time() * 1000)}}}))
-    book = StaticAddresses.from_file(path)
+    _deactivate_one(cfg, kafka_bootstrap, fake)
+    profiles = open_profile_store(cfg)
     store = open_status_store(cfg)
-    with build_pool(cfg, channels=[SMS], lanes=[NORMAL], providers={SMS: (fake, None)}, addresses=book) as pool:
+    # the same profile put again is no new registration: the address stays inactive
+    profiles.put("u-1", parse_profile({"contacts": {"sms": ["+15550100"]}}))
+    with build_pool(cfg, channels=[SMS], lanes=[NORMAL], providers={SMS: (fake, None)}):
+        produce_messages(kafka_bootstrap, cfg.topics.sms, [channel_message(3, user="u-1")])
+        wait_until(lambda: store.get("k3:sms") is not None and store.get("k3:sms").status is DeliveryStatus.SKIPPED, 15, "skipped")  # type: ignore[union-attr]
+    # the user drops the number, then enters it again: registered again, after the deactivation
+    profiles.put("u-1", parse_profile({}))
+    time.sleep(0.01)
+    profiles.apply_contacts("u-1", {"sms": ["+15550100"]})
+    with build_pool(cfg, channels=[SMS], lanes=[NORMAL], providers={SMS: (fake, None)}) as pool:
         produce_messages(kafka_bootstrap, cfg.topics.sms, [channel_message(2, user="u-1")])
         wait_until(lambda: (r := store.get("k2:sms")) is not None and r.status is DeliveryStatus.SENT, 15, "sent")
     assert not store.is_inactive(SMS, "+15550100")

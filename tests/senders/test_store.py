@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -12,16 +13,20 @@ from senders.policy.breaker import BreakerOptions
 from senders.policy.bucket import RateLimit
 from senders.policy.retry import RetryPolicy, format_step
 from senders.policy.transitions import OutcomePlan
+from senders.policy.verdict import RuleVerdict
+from senders.profiles.model import parse_profile
 from senders.providers import FakeProvider
+from senders.rules.limits import LimitClaim
+from senders.rules.reasons import Reason
 from senders.runtime.dispatch import Dispatcher
 from senders.runtime.handler import DeliveryHandler, HandlerTopics
 from senders.runtime.metrics import Metrics
 from senders.statuses import ClaimAction, DeadLetterReason, DeliveryStatus, Lane
-from senders.store.addresses import StaticAddresses
 from senders.store.status import StatusStore, open_store
-from tests.senders.conftest import channel_message
+from tests.senders.conftest import channel_message, profiles_for_tests, rules_for_tests
 
 SMS, NORMAL = Channel.SMS, Lane.NORMAL
+NOW = 1_796_115_600_000 + 60_000  # a minute after the test messages' event time
 SENT = OutcomePlan(DeliveryStatus.SENT)
 
 
@@ -33,7 +38,7 @@ def store(store_location: str) -> StatusStore:
 def _claim(
     store: StatusStore, key: str = "k:sms", attempt: int = 1, now: int = 1000, owner: str = "w1"
 ) -> ClaimAction:
-    decision, _ = store.claim(
+    decision, _, _ = store.claim(
         message_key=key,
         notification_id="n",
         channel=SMS,
@@ -53,10 +58,11 @@ def _finish(
     attempt: int = 1,
     plan: OutcomePlan = SENT,
     error: str | None = None,
+    key: str = "k:sms",
     **extra: object,
 ) -> bool:
     return store.finish(
-        message_key="k:sms", attempt=attempt, owner=owner, plan=plan, provider="p", error=error, now_ms=now,
+        message_key=key, attempt=attempt, owner=owner, plan=plan, provider="p", error=error, now_ms=now,
         **extra,  # type: ignore[arg-type]
     )
 
@@ -125,7 +131,10 @@ def test_concurrent_claims_let_exactly_one_through(store_location: str) -> None:
 # -- the handler -----------------------------------------------------------------------------------
 
 
-def _handler(store: StatusStore, fake: FakeProvider, now: list[int]) -> DeliveryHandler:
+def _handler(store: StatusStore, fake: FakeProvider, now: list[int], root: Path) -> DeliveryHandler:
+    profiles = profiles_for_tests(store)
+    profiles.store.put("user-1", parse_profile({"contacts": {"sms": ["+15550001"]}}))
+    profiles.store.put("user-2", parse_profile({"contacts": {"sms": ["+15550002"]}}))
     metrics = Metrics()
     dispatcher = Dispatcher(
         channel=SMS,
@@ -140,7 +149,8 @@ def _handler(store: StatusStore, fake: FakeProvider, now: list[int]) -> Delivery
         lane=NORMAL,
         store=store,
         dispatcher=dispatcher,
-        addresses=StaticAddresses({"user-1": {"sms": "+1"}, "user-2": {"sms": "+2"}}),
+        profiles=profiles,
+        rules=rules_for_tests(root),
         policy=RetryPolicy(base_ms=1000, max_attempts=2, jitter_ratio=0.0),
         topics=HandlerTopics(
             status="status", dlq="dlq", delay=lambda t, step: f"{t}.retry.{format_step(step)}"
@@ -153,22 +163,22 @@ def _handler(store: StatusStore, fake: FakeProvider, now: list[int]) -> Delivery
     )
 
 
-def test_a_transient_failure_becomes_a_retry_record_then_a_dead_letter(store: StatusStore) -> None:
-    fake = FakeProvider(script={"+1": ["transient"]})
-    now = [10_000]
-    h = _handler(store, fake, now)
+def test_a_transient_failure_becomes_a_retry_record_then_a_dead_letter(store: StatusStore, tmp_path: Path) -> None:
+    fake = FakeProvider(script={"+15550001": ["transient"]})
+    now = [NOW]
+    h = _handler(store, fake, now, tmp_path)
     raw = codec.encode("channel_message", channel_message(1))
     first = h.handle(topic="sms", partition=0, offset=0, key=b"user-1", value=raw)
     topics = [o.topic for o in first.outputs]
     assert topics == ["status", "status", "sms.retry.1s"]
     retry = codec.decode("delayed_delivery", first.outputs[2].value)
-    assert (retry["attempt"], retry["not_before"], retry["payload"]) == (2, 11_000, raw)
+    assert (retry["attempt"], retry["not_before"], retry["payload"]) == (2, NOW + 1000, raw)
     store.mark_published(first.published)
     early = h.handle(
         topic="sms.retry.1s", partition=0, offset=0, key=b"user-1", value=first.outputs[2].value, delay_step_ms=1000
     )
-    assert early.hold_until_ms == 11_000 and not early.outputs
-    now[0] = 11_000
+    assert early.hold_until_ms == NOW + 1000 and not early.outputs
+    now[0] = NOW + 1000
     second = h.handle(
         topic="sms.retry.1s", partition=0, offset=0, key=b"user-1", value=first.outputs[2].value, delay_step_ms=1000
     )
@@ -177,10 +187,10 @@ def test_a_transient_failure_becomes_a_retry_record_then_a_dead_letter(store: St
     assert len(fake.received()) == 2
 
 
-def test_an_aborted_batch_is_republished_not_resent(store: StatusStore) -> None:
+def test_an_aborted_batch_is_republished_not_resent(store: StatusStore, tmp_path: Path) -> None:
     fake = FakeProvider()
-    h = _handler(store, fake, [10_000])
-    raw = codec.encode("channel_message", channel_message(2))
+    h = _handler(store, fake, [NOW], tmp_path)
+    raw = codec.encode("channel_message", channel_message(2, user="user-2"))
     first = h.handle(topic="sms", partition=0, offset=0, key=None, value=raw)
     # the transaction that carried ``first.outputs`` aborted: the record comes again
     again = h.handle(topic="sms", partition=0, offset=0, key=None, value=raw)
@@ -189,13 +199,90 @@ def test_an_aborted_batch_is_republished_not_resent(store: StatusStore) -> None:
     assert sent == ["sent"] and again.published == first.published
 
 
-def test_undecodable_and_addressless_records_are_dead_lettered(store: StatusStore) -> None:
+def test_undecodable_records_are_dead_lettered_addressless_ones_skipped(store: StatusStore, tmp_path: Path) -> None:
     fake = FakeProvider()
-    h = _handler(store, fake, [10_000])
+    h = _handler(store, fake, [NOW], tmp_path)
     bad = h.handle(topic="sms", partition=1, offset=7, key=b"x", value=b"\x00garbage")
     assert codec.decode("dead_letter", bad.outputs[0].value)["reason_kind"] == "undecodable"
     nobody = codec.encode("channel_message", channel_message(3, user="user-unknown"))
     out = h.handle(topic="sms", partition=0, offset=0, key=None, value=nobody)
-    letter = codec.decode("dead_letter", out.outputs[-1].value)
-    assert (letter["reason_kind"], letter["attempts"]) == ("no_address", 0)
+    [status] = [codec.decode("delivery_status", o.value) for o in out.outputs]
+    assert (status["status"], status["reason"], status["template"]) == ("skipped", "no_address", "tmpl")
+    row = store.get("k3:sms")
+    assert row is not None and (row.status, row.reason, row.user_id) == (DeliveryStatus.SKIPPED, "no_address", "user-unknown")
     assert fake.received() == []
+
+
+# -- retention -------------------------------------------------------------------------------------
+
+
+def test_prune_drops_finished_rows_older_than_the_retention_and_keeps_the_rest(store: StatusStore) -> None:
+    day = 86_400_000
+    for key, at in (("old:sms", 1_000), ("new:sms", 5 * day)):
+        assert _claim(store, key, now=at) is ClaimAction.CLAIM
+        assert _finish(store, at, key=key)
+        store.mark_published([(key, 1)])
+    assert _claim(store, "waiting:sms", now=1_000) is ClaimAction.CLAIM  # still sending: kept
+    store.claim(
+        message_key="limited:sms", notification_id="n", channel=SMS, lane=NORMAL, attempt=1, now_ms=1_000,
+        lease_ms=500, owner="w1",
+        rules=lambda counts, first: RuleVerdict(consume=(LimitClaim("marketing:u:1970-01-01", "n", 1,
+                                                                   Reason.MARKETING_LIMIT, 2 * day),)),
+        limits=(LimitClaim("marketing:u:1970-01-01", "n", 1, Reason.MARKETING_LIMIT, 2 * day),),
+    )
+    assert store.limit_units("marketing:u:1970-01-01") == ["n"]
+    dropped = store.prune(now_ms=6 * day, retention_ms=2 * day)
+    assert dropped == 1 + 1 + 1  # the old row, the expired unit and its counter
+    assert store.get("old:sms") is None
+    assert store.get("new:sms") is not None and store.get("waiting:sms") is not None
+    assert store.limit_units("marketing:u:1970-01-01") == []
+    assert store.prune(now_ms=6 * day, retention_ms=2 * day) == 0
+
+
+def test_a_pruned_key_replayed_is_rejected_as_expired_not_sent_again(store: StatusStore, tmp_path: Path) -> None:
+    """Once a key's row is pruned the store no longer knows it was sent: a replay of a record
+    older than the retention is rejected (``expired``) rather than sent twice."""
+    fake = FakeProvider()
+    now = [NOW]
+    h = _handler(store, fake, now, tmp_path)
+    h.rules = rules_for_tests(tmp_path, retention_ms=3_600_000)
+    raw = codec.encode("channel_message", channel_message(1, user="user-1"))
+    first = h.handle(topic="sms", partition=0, offset=0, key=None, value=raw)
+    store.mark_published(first.published)
+    assert len(fake.received()) == 1
+    now[0] = NOW + 2 * 3_600_000
+    assert store.prune(now[0], 3_600_000) == 1 and store.get("k1:sms") is None
+    replay = h.handle(topic="sms", partition=0, offset=0, key=None, value=raw)
+    [status] = [codec.decode("delivery_status", o.value) for o in replay.outputs]
+    assert (status["status"], status["reason"]) == ("rejected", "expired")
+    assert len(fake.received()) == 1
+
+
+def test_a_deferral_waits_in_the_delay_topic_and_a_replay_before_its_time_waits_too(
+    store: StatusStore, tmp_path: Path
+) -> None:
+    fake = FakeProvider()
+    now = [NOW]  # 09:01 UTC
+    h = _handler(store, fake, now, tmp_path)
+    h.profiles.store.put(
+        "u-q", parse_profile({"tz": "UTC", "quiet_hours": {"from": "08:00", "to": "10:00"}, "contacts": {"sms": ["+15550009"]}})
+    )
+    ten = NOW - 60_000 + 3_600_000  # 10:00 UTC
+    raw = codec.encode(
+        "channel_message", {**channel_message(9, user="u-q", template="eid_sale", params={"pct": "20"}), "category": "marketing"}
+    )
+    first = h.handle(topic="sms", partition=0, offset=0, key=b"u-q", value=raw)
+    status, delay = first.outputs
+    s = codec.decode("delivery_status", status.value)
+    assert (s["status"], s["reason"], s["not_before"], s["template"], s["locale"]) == ("deferred", "quiet_hours", ten, "eid_sale", "en")
+    wait = codec.decode("delayed_delivery", delay.value)
+    assert (delay.topic, wait["attempt"], wait["not_before"], wait["payload"]) == ("sms.retry.1s", 1, ten, raw)
+    store.mark_published(first.published)
+    replayed = h.handle(topic="sms", partition=0, offset=0, key=b"u-q", value=raw)  # before its time
+    assert [o.topic for o in replayed.outputs] == ["sms.retry.1s"] and not replayed.published
+    assert codec.decode("delayed_delivery", replayed.outputs[0].value)["not_before"] == ten
+    now[0] = ten
+    due = h.handle(topic="sms.retry.1s", partition=0, offset=0, key=b"u-q", value=delay.value, delay_step_ms=1000)
+    assert [codec.decode("delivery_status", o.value)["status"] for o in due.outputs] == ["sending", "sent"]
+    [call] = fake.received()
+    assert call.message is not None and call.message.fields()["text"] == "Eid sale: 20% off. Reply STOP to opt out."

@@ -139,3 +139,38 @@ def test_the_schemas_enums_are_the_statuses() -> None:
     assert _symbols("delivery_status", "Status") == [s.value for s in DeliveryStatus]
     assert _symbols("delivery_status", "Lane") == [lane.value for lane in Lane]
     assert _symbols("dead_letter", "DeadLetterReason") == [r.value for r in DeadLetterReason]
+
+
+# -- the rules' statuses ---------------------------------------------------------------------------
+
+
+def test_a_deferred_message_is_claimed_again_only_when_due() -> None:
+    from senders.policy.transitions import StoredState, decide_claim
+    from senders.statuses import ClaimAction, DeliveryStatus
+
+    waiting = StoredState(DeliveryStatus.DEFERRED, attempts=1, not_before_ms=5_000)
+    early = decide_claim(waiting, attempt=1, now_ms=4_999)  # a replayed record, or a cut wait
+    assert (early.action, early.until_ms) == (ClaimAction.DEFER, 5_000)
+    assert decide_claim(waiting, attempt=1, now_ms=5_000).action is ClaimAction.CLAIM
+    unpublished = StoredState(DeliveryStatus.DEFERRED, attempts=1, unpublished=True, not_before_ms=5_000)
+    assert decide_claim(unpublished, attempt=1, now_ms=1).action is ClaimAction.REPUBLISH
+    assert decide_claim(StoredState(DeliveryStatus.DEFERRED, 2, not_before_ms=1), 1, 9).action is ClaimAction.SKIP
+    for final in (DeliveryStatus.SKIPPED, DeliveryStatus.REJECTED):
+        assert decide_claim(StoredState(final, 1), 1, 9).action is ClaimAction.SKIP
+        assert decide_claim(StoredState(final, 1, unpublished=True), 1, 9).action is ClaimAction.REPUBLISH
+
+
+def test_the_rules_statuses_in_the_state_machine() -> None:
+    from senders.policy.transitions import check_transition
+    from senders.statuses import DeliveryStatus as S
+
+    for ruled in (S.SKIPPED, S.DEFERRED, S.REJECTED):
+        for old in (S.QUEUED, S.SENDING, S.DEFERRED):
+            check_transition(old, ruled)
+    check_transition(S.DEFERRED, S.SENDING)
+    for final in (S.SKIPPED, S.REJECTED):
+        for new in S:
+            with pytest.raises(InvalidTransitionError):
+                check_transition(final, new)
+    with pytest.raises(InvalidTransitionError):
+        check_transition(S.SENT, S.SKIPPED)

@@ -23,6 +23,7 @@ from senders.providers import HttpProvider, SmtpProvider, provider_label
 from senders.runtime.metrics import Metrics
 from senders.runtime.pool import build_dispatchers
 from settings import Settings
+from tests.senders.conftest import sample_message
 from tests.senders.fake_http import FakeHttpProvider
 from tests.senders.tls import Pki, make_pki
 
@@ -33,7 +34,7 @@ def pki(tmp_path: Path) -> Pki:
 
 
 def _send(provider: HttpProvider | SmtpProvider, to: str = "+15550100", channel: Channel = Channel.SMS) -> Any:
-    return provider.send(to=to, message_key="k1:sms", channel=channel, template_id="otp", params={"code": "4711"})
+    return provider.send(to=to, message_key="k1:sms", message=sample_message(channel))
 
 
 # -- HTTP ------------------------------------------------------------------------------------------

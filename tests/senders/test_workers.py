@@ -11,11 +11,13 @@ import pytest
 from operators import codec
 from operators.records import Channel
 from ops import kafka_io
+from senders.profiles.model import parse_profile
 from senders.providers import FakeProvider
-from senders.runtime.pool import build_pool, open_status_store
-from senders.statuses import DeliveryStatus, Lane
+from senders.runtime.pool import build_pool, open_profile_store, open_status_store
+from senders.statuses import FINAL_STATUSES, DeliveryStatus, Lane
 from tests.senders.conftest import (
     SettingsFactory,
+    address_of,
     channel_message,
     produce_messages,
     read_records,
@@ -34,7 +36,7 @@ def test_backoff_1_2_4_seconds_then_dead_letter(
     senders_settings: SettingsFactory, kafka_bootstrap: str
 ) -> None:
     cfg = senders_settings()
-    fake = FakeProvider(script={"user-1": ["transient"]})
+    fake = FakeProvider(script={address_of("user-1", SMS): ["transient"]})
     produce_messages(kafka_bootstrap, cfg.topics.sms, [channel_message(1)])
     pool = build_pool(cfg, channels=[SMS], lanes=[NORMAL], providers={SMS: (fake, None)})
     store = open_status_store(cfg)
@@ -84,11 +86,11 @@ def test_a_permanent_failure_is_never_retried_and_the_address_is_dropped(
 ) -> None:
     cfg = senders_settings()
     fake = FakeProvider(script={"bad@example.invalid": ["permanent", "ok"]})
-    from senders.store.addresses import StaticAddresses
-
-    book = StaticAddresses({"u-bad": {"email": "bad@example.invalid"}, "u-ok": {"email": "ok@example.com"}})
+    profiles = open_profile_store(cfg)
+    profiles.put("u-bad", parse_profile({"contacts": {"email": ["bad@example.invalid"]}}))
+    profiles.put("u-ok", parse_profile({"contacts": {"email": ["ok@example.com"]}}))
     first = channel_message(1, channel=EMAIL, user="u-bad")
-    pool = build_pool(cfg, channels=[EMAIL], lanes=[NORMAL], providers={EMAIL: (fake, None)}, addresses=book)
+    pool = build_pool(cfg, channels=[EMAIL], lanes=[NORMAL], providers={EMAIL: (fake, None)})
     store = open_status_store(cfg)
     with pool:
         produce_messages(kafka_bootstrap, cfg.topics.email, [first])
@@ -97,7 +99,7 @@ def test_a_permanent_failure_is_never_retried_and_the_address_is_dropped(
             20,
             "the first message fails",
         )
-        # a later message to the same address is not tried at all; another address is
+        # a later message to the same address is not tried at all (skipped: no address left); another is
         produce_messages(
             kafka_bootstrap,
             cfg.topics.email,
@@ -106,7 +108,7 @@ def test_a_permanent_failure_is_never_retried_and_the_address_is_dropped(
         wait_until(
             lambda: (
                 len(_statuses(store)) == 3
-                and all(s in (DeliveryStatus.SENT, DeliveryStatus.FAILED) for s in _statuses(store).values())
+                and all(s in FINAL_STATUSES for s in _statuses(store).values())
             ),
             20,
             "all settled",
@@ -121,15 +123,16 @@ def test_a_permanent_failure_is_never_retried_and_the_address_is_dropped(
         d["message_key"]: d for d in read_records(kafka_bootstrap, cfg.senders.dlq_topic, "dead_letter")
     }
     assert (letters["k1:email"]["reason_kind"], letters["k1:email"]["attempts"]) == ("permanent_failure", 1)
-    assert (letters["k2:email"]["reason_kind"], letters["k2:email"]["attempts"]) == ("address_inactive", 0)
-    assert set(letters) == {"k1:email", "k2:email"}
+    assert set(letters) == {"k1:email"}  # a rule's outcome is a status, never a dead letter
+    later = store.get("k2:email")
+    assert later is not None and (later.status, later.reason, later.attempts) == (DeliveryStatus.SKIPPED, "no_address", 1)
     assert pool.metrics.value("sender_retries_total") == 0
 
 
 def test_four_workers_on_one_channel_send_each_message_exactly_once(
     senders_settings: SettingsFactory, kafka_bootstrap: str, store_location: str
 ) -> None:
-    cfg = senders_settings(partitions=4, status_store=store_location)
+    cfg = senders_settings(partitions=4, users=400, status_store=store_location)
     fake = FakeProvider(latency_s=0.002)
     n = 400
     pool = build_pool(cfg, channels=[SMS], lanes=[NORMAL], workers_per_lane=4, providers={SMS: (fake, None)})
@@ -177,7 +180,7 @@ def test_replaying_a_channel_topic_from_the_start_sends_nothing_twice(
 def test_the_rate_limit_holds_under_retries(senders_settings: SettingsFactory, kafka_bootstrap: str) -> None:
     rate, burst, n = 10.0, 2, 15
     cfg = senders_settings(sms_rate_per_sec=rate, rate_burst=burst)
-    fake = FakeProvider(script={f"user-{i}": ["transient", "ok"] for i in range(n)})
+    fake = FakeProvider(script={address_of(f"user-{i}", SMS): ["transient", "ok"] for i in range(n)})
     produce_messages(kafka_bootstrap, cfg.topics.sms, [channel_message(i) for i in range(n)])
     with build_pool(cfg, channels=[SMS], lanes=[NORMAL], providers={SMS: (fake, None)}) as pool:
         wait_until(lambda: len(fake.received()) >= 2 * n, 20, "every message sent on its second attempt")

@@ -83,3 +83,27 @@ def test_hardening_settings_load_and_bad_values_are_refused_at_start() -> None:
     no_ca = load_settings(env={"DEDUP_SENDERS_SMS_PRIMARY": "https://x/send", "DEDUP_SENDERS_HTTP_CA_FILE": "/nonexistent.pem"})
     with pytest.raises(ConfigError, match="cannot load the CA file"):
         build_dispatchers(no_ca, [Channel.SMS], Metrics())
+
+
+def test_the_rules_templates_and_retention_come_from_the_senders_settings() -> None:
+    cfg = load_settings(
+        env={
+            "DEDUP_SENDERS_MARKETING_PER_DAY": "2",
+            "DEDUP_SENDERS_ONE_TIME_CODES_PER_HOUR": "7",
+            "DEDUP_SENDERS_DEFAULT_LOCALE": "bn",
+            "DEDUP_SENDERS_MAX_SMS_SEGMENTS": "2",
+            "DEDUP_SENDERS_CONTACT_ENCRYPTION_KEYS": "k1,k2",
+        }
+    )
+    s = cfg.senders
+    rules = s.rule_options()
+    assert (rules.marketing_per_day, rules.one_time_codes_per_window, rules.one_time_code_window_ms) == (2, 7, 3_600_000)
+    templates = s.template_options()
+    assert (templates.default_locale, templates.max_sms_segments) == ("bn", 2)
+    assert templates.directory.endswith("/templates")  # the repository's by default
+    assert "k1" not in repr(s) and s.contact_keys().encryption_keys is not None
+    # the retention: the longest window, plus every backoff at its full jitter (or the cap), a lease each
+    day30 = 30 * 86_400_000
+    waits = [max(int(w * 1.2), 3_600_000) for w in (30_000, 60_000, 120_000, 240_000)]
+    assert s.retention_ms(cfg.dedup.max_window_sec) == day30 + sum(waits) + 5 * 60_000
+    assert cfg.with_overrides(senders={"status_retention_ms": 5}).senders.retention_ms(1) == 5

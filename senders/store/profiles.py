@@ -1,0 +1,281 @@
+"""User profiles in the status store's database (SQLite or PostgreSQL): the preferences as their
+JSON document, each contact a row with its address encrypted and found by its keyed lookup hash
+(``senders.profiles.sealed``, ``senders.profiles.crypto``). Every method is one transaction.
+
+A contact row also keeps when the user registered the address (``registered_ms``): an address a
+provider deactivated (``inactive_address``) is used again once the user registers it after that
+(``add_device``, or a ``put``/``apply_contacts`` that brings back an address the profile had
+dropped). Putting a profile that already holds an address keeps its time: re-sending the same
+document is no new registration.
+
+The senders read profiles through ``ProfileCache`` (a short TTL): an opt-out is seen within it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from operators.records import Channel
+from senders.profiles.crypto import ContactCipher
+from senders.profiles.model import Contacts, Platform, Preferences, Profile, ProfileError, parse_profile
+from senders.profiles.sealed import SealedContact, open_contacts, preferences_document, seal_contacts
+from senders.profiles.updates import add_device, apply_contacts, apply_preferences
+from senders.store.db import Database
+from senders.store.status import erase_user_rows
+
+_CONTACT_COLUMNS = "channel, position, address_enc, address_hash, verified, active, platform, registered_ms"
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileRead:
+    """What the senders read of a user.
+
+    :param preferences: None when the stored document cannot be read (the rules then fail open
+        for transactional messages and closed for marketing)
+    :param contacts: the user's contacts (empty without a profile)
+    :param registered_ms: (channel, address) -> when the user registered it
+    """
+
+    preferences: Preferences | None
+    contacts: Contacts
+    registered_ms: Mapping[tuple[Channel, str], int] = field(default_factory=dict, repr=False)
+    exists: bool = True
+
+
+NO_PROFILE = ProfileRead(Preferences(), Contacts(), {}, exists=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Erased:
+    profile: bool
+    contacts: int
+    statuses: int
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ProfileStore:
+    def __init__(self, db: Database, cipher: ContactCipher, clock_ms: Callable[[], int] = _now_ms) -> None:
+        self._db = db
+        self._cipher = cipher
+        self._clock_ms = clock_ms
+
+    @property
+    def cipher(self) -> ContactCipher:
+        return self._cipher
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    def _rows(self, cur: Any, user_id: str) -> tuple[str | None, list[tuple[SealedContact, int]]]:
+        found = self._db.exec(
+            cur, f"SELECT preferences FROM user_profile WHERE user_id = ?{self._db.for_update}", (user_id,)
+        ).fetchone()
+        rows = self._db.exec(
+            cur, f"SELECT {_CONTACT_COLUMNS} FROM user_contact WHERE user_id = ?", (user_id,)
+        ).fetchall()
+        sealed = [
+            (SealedContact(Channel(r[0]), int(r[1]), r[2], r[3], bool(r[4]), bool(r[5]), r[6]), int(r[7])) for r in rows
+        ]
+        return (found[0] if found else None), sealed
+
+    def _registered(self, sealed: Iterable[tuple[SealedContact, int]]) -> dict[tuple[Channel, str], int]:
+        return {(row.channel, self._cipher.decrypt(row.address_enc)): at for row, at in sealed}
+
+    def read(self, user_id: str) -> ProfileRead:
+        """The senders' view; raises ContactDecryptError (or ProfileError) when the contacts
+        cannot be read: then nothing can be sent, and the attempt is retried."""
+        with self._db.tx(write=False) as cur:
+            document, sealed = self._rows(cur, user_id)
+        if document is None:
+            return NO_PROFILE
+        contacts = open_contacts([row for row, _ in sealed], self._cipher)
+        try:
+            preferences: Preferences | None = Preferences.model_validate(json.loads(document))
+        except ValueError:  # pydantic's ValidationError is one: a document this code cannot read
+            preferences = None
+        return ProfileRead(preferences, contacts, self._registered(sealed))
+
+    def get(self, user_id: str) -> Profile | None:
+        """The whole profile, or None; raises ProfileError when it cannot be read."""
+        with self._db.tx(write=False) as cur:
+            document, sealed = self._rows(cur, user_id)
+        if document is None:
+            return None
+        return self._open(document, sealed)
+
+    def _open(self, document: str, sealed: list[tuple[SealedContact, int]]) -> Profile:
+        try:
+            preferences = json.loads(document)
+        except ValueError:
+            raise ProfileError(["the stored preferences are not JSON"]) from None
+        return parse_profile({**preferences, "contacts": open_contacts([r for r, _ in sealed], self._cipher)})
+
+    def users_with(self, channel: Channel, address: str) -> list[str]:
+        """The users holding an address (under any configured lookup key)."""
+        hashes = self._cipher.lookup_hashes(channel, address)
+        marks = ", ".join("?" * len(hashes))
+        with self._db.tx(write=False) as cur:
+            rows = self._db.exec(
+                cur,
+                f"SELECT DISTINCT user_id FROM user_contact WHERE channel = ? AND address_hash IN ({marks})",
+                (channel.value, *hashes),
+            ).fetchall()
+        return sorted(r[0] for r in rows)
+
+    # -- writes -----------------------------------------------------------------------------------
+
+    def _write(
+        self,
+        cur: Any,
+        user_id: str,
+        profile: Profile,
+        old: list[tuple[SealedContact, int]],
+        now_ms: int,
+        registered_again: Iterable[tuple[Channel, str]] = (),
+    ) -> None:
+        kept = self._registered(old)
+        again = set(registered_again)
+        document = json.dumps(preferences_document(profile), sort_keys=True)
+        self._db.exec(
+            cur,
+            "INSERT INTO user_profile (user_id, preferences, updated_ms) VALUES (?, ?, ?)"
+            " ON CONFLICT (user_id) DO UPDATE SET preferences = excluded.preferences,"
+            " updated_ms = excluded.updated_ms",
+            (user_id, document, now_ms),
+        )
+        self._db.exec(cur, "DELETE FROM user_contact WHERE user_id = ?", (user_id,))
+        by_position = {(c.channel, c.position): c for c in seal_contacts(profile.contacts, self._cipher)}
+        for channel in Channel:
+            for position, contact in enumerate(profile.contacts.of(channel)):
+                row = by_position[(channel, position)]
+                key = (channel, contact.address)
+                at = now_ms if key in again or key not in kept else kept[key]
+                self._db.exec(
+                    cur,
+                    f"INSERT INTO user_contact (user_id, {_CONTACT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        user_id,
+                        channel.value,
+                        position,
+                        row.address_enc,
+                        row.address_hash,
+                        int(row.verified),
+                        int(row.active),
+                        row.platform,
+                        at,
+                    ),
+                )
+
+    def put(self, user_id: str, profile: Profile) -> None:
+        """Replace the user's profile (validated: a ``Profile``)."""
+        self.put_many([(user_id, profile)])
+
+    def put_many(self, profiles: Iterable[tuple[str, Profile]]) -> None:
+        """Replace several profiles in one transaction (an import)."""
+        with self._db.tx() as cur:
+            for user_id, profile in profiles:
+                if not user_id:
+                    raise ProfileError(["user_id: must not be empty"])
+                _, old = self._rows(cur, user_id)
+                self._write(cur, user_id, profile, old, self._clock_ms())
+
+    def _update(
+        self, user_id: str, change: Callable[[Profile], Profile], registered_again: Iterable[tuple[Channel, str]] = ()
+    ) -> Profile:
+        with self._db.tx() as cur:
+            document, old = self._rows(cur, user_id)
+            current = Profile() if document is None else self._open(document, old)
+            updated = change(current)
+            self._write(cur, user_id, updated, old, self._clock_ms(), registered_again)
+        return updated
+
+    def apply_preferences(self, user_id: str, update: Mapping[str, Any]) -> Profile:
+        """``PUT /v1/users/{id}/preferences`` (a user without a profile gets one)."""
+        return self._update(user_id, lambda p: apply_preferences(p, update))
+
+    def apply_contacts(self, user_id: str, update: Mapping[str, Any]) -> Profile:
+        """``PUT /v1/users/{id}/contacts``."""
+        return self._update(user_id, lambda p: apply_contacts(p, update))
+
+    def add_device(self, user_id: str, token: str, platform: Platform) -> Profile:
+        """``POST /v1/devices``: the token is registered (again) now, so a provider's earlier
+        deactivation of it no longer holds."""
+        updated = add_device(Profile(), token, platform)  # validates the token first
+        token = updated.contacts.push[0].address
+        return self._update(user_id, lambda p: add_device(p, token, platform), [(Channel.PUSH, token)])
+
+    def erase(self, user_id: str) -> Erased:
+        """Remove the profile, its contacts, the user's status history and the limit units that
+        name the user or the user's addresses, in one transaction."""
+        with self._db.tx() as cur:
+            document, sealed = self._rows(cur, user_id)
+            prefixes = [f"marketing:{user_id}:"]
+            for row, _ in sealed:
+                try:
+                    address = self._cipher.decrypt(row.address_enc)
+                except ProfileError:
+                    continue  # no key opens it: its units expire within the hour
+                prefixes += [f"otp:{h}:" for h in self._cipher.lookup_hashes(row.channel, address)]
+            self._db.exec(cur, "DELETE FROM user_contact WHERE user_id = ?", (user_id,))
+            self._db.exec(cur, "DELETE FROM user_profile WHERE user_id = ?", (user_id,))
+            statuses = erase_user_rows(self._db, cur, user_id, prefixes)
+        return Erased(document is not None, len(sealed), statuses)
+
+    def rotate(self) -> int:
+        """Re-encrypt every contact with the newest encryption key and re-hash it with the newest
+        lookup key (step 2 of a rotation, docs/senders.md); returns the rows changed. Safe to run
+        again after an interruption."""
+        with self._db.tx(write=False) as cur:
+            users = [r[0] for r in self._db.exec(cur, "SELECT DISTINCT user_id FROM user_contact").fetchall()]
+        changed = 0
+        for user_id in users:
+            with self._db.tx() as cur:
+                _, sealed = self._rows(cur, user_id)
+                for row, _ in sealed:
+                    address = self._cipher.decrypt(row.address_enc)
+                    digest = self._cipher.lookup_hash(row.channel, address)
+                    if self._cipher.is_current(row.address_enc) and digest == row.address_hash:
+                        continue
+                    self._db.exec(
+                        cur,
+                        "UPDATE user_contact SET address_enc = ?, address_hash = ? WHERE user_id = ?"
+                        " AND channel = ? AND position = ?",
+                        (self._cipher.rotate(row.address_enc), digest, user_id, row.channel.value, row.position),
+                    )
+                    changed += 1
+        return changed
+
+
+class ProfileCache:
+    """A worker's view of the profiles: each user's read kept for ``ttl_ms``."""
+
+    def __init__(self, store: ProfileStore, ttl_ms: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self._store = store
+        self._ttl_s = ttl_ms / 1000
+        self._clock = clock
+        self._entries: dict[str, tuple[float, ProfileRead]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def store(self) -> ProfileStore:
+        return self._store
+
+    def read(self, user_id: str) -> ProfileRead:
+        now = self._clock()
+        with self._lock:
+            hit = self._entries.get(user_id)
+            if hit is not None and hit[0] > now:
+                return hit[1]
+        found = self._store.read(user_id)
+        with self._lock:
+            if len(self._entries) > 10_000:
+                self._entries = {k: v for k, v in self._entries.items() if v[0] > now}
+            self._entries[user_id] = (now + self._ttl_s, found)
+        return found

@@ -1,0 +1,104 @@
+"""The design's own story end to end: requests through Kafka, the dedup job on the mini-cluster,
+the channel topics, and the senders with their rules, as ``make demo`` tells it (harness/)."""
+
+from __future__ import annotations
+
+import zoneinfo
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from harness import scenario
+from harness.demo import produce_scenario, wait_for_counts
+from harness.senders_demo import run_senders_demo
+from operators.contract import Topics
+from senders.statuses import DeliveryStatus
+from settings import Settings
+from tests.senders.conftest import read_records
+
+pytestmark = pytest.mark.integration
+
+
+def _next_eight(after_ms: int, zone: str) -> int:
+    """08:00 in ``zone`` after an instant inside 22:00-08:00 (zoneinfo, not the code under test)."""
+    local = datetime.fromtimestamp(after_ms / 1000, tz=zoneinfo.ZoneInfo(zone))
+    day = local.date() + timedelta(days=1) if local.hour >= 22 else local.date()
+    eight = datetime(day.year, day.month, day.day, 8, tzinfo=zoneinfo.ZoneInfo(zone))
+    return int(eight.timestamp() * 1000)
+
+
+def test_the_story_end_to_end(
+    kafka_bootstrap: str, topic_factory: object, settings_factory: object, job_factory: object, tmp_path: Path
+) -> None:
+    topics: Topics = topic_factory(partitions=2)  # type: ignore[operator]
+    cfg: Settings = settings_factory(topics)  # type: ignore[operator]
+    cfg = cfg.with_overrides(
+        kafka={"partitions": 2},
+        senders={"status_topic": f"{topics.requests}.status", "dlq_topic": f"{topics.requests}.dlq"},
+    )
+    job_factory(cfg)  # type: ignore[operator]
+    want = {getattr(cfg.topics, k): n for k, n in scenario.EXPECTED_COUNTS.items() if n}
+    before = {getattr(cfg.topics, k): n for k, n in scenario.EXPECTED_BEFORE_BARRIER.items() if n}
+    produce_scenario(cfg, lambda _: wait_for_counts(cfg, before, 180), lambda _: None)
+    wait_for_counts(cfg, want, 120)
+
+    lines: list[str] = []
+    story = run_senders_demo(cfg, lines.append)
+
+    # every channel message: its status and reason, in the store
+    by_message = {(nid, ch): story.rows[key] for key, (nid, _, ch) in story.messages.items()}
+    assert {k: (r.status.value, r.reason) for k, r in by_message.items()} == scenario.OUTCOMES
+    for nid in ("n-1", "n-2"):
+        assert (nid, "email") not in by_message
+    for key in ("push", "email"):
+        deferred = by_message[("n-3", key)]
+        assert deferred.not_before_ms == _next_eight(deferred.updated_ms, story.zone)
+        assert deferred.attempts == 1 and deferred.provider is None
+        assert deferred.template is not None and (deferred.template.name, deferred.template.locale) == ("eid_sale", "bn")
+    sms = by_message[("n-1", "sms")]
+    assert (sms.attempts, sms.provider) == (3, "sms-gateway")
+    assert sms.template is not None and (sms.template.name, sms.template.version, sms.template.locale) == (
+        "order_shipped", 2, "en"
+    )
+
+    # the providers got exactly these calls, with the rendered messages
+    push, sms_gw, mail = (story.providers[c][0] for c in story.providers)
+    assert push.received() == []
+    key_of = {(nid, ch): key for key, (nid, _, ch) in story.messages.items()}
+    texts = [(r.message_key, r.to, r.behaviour.value, r.message.fields()["text"]) for r in sms_gw.received()]  # type: ignore[union-attr]
+    bruno_sms = (key_of[("n-1", "sms")], "+351912000002")
+    assert texts == [
+        (*bruno_sms, "transient", "Your order 1001 is on its way."),
+        (*bruno_sms, "transient", "Your order 1001 is on its way."),
+        (*bruno_sms, "ok", "Your order 1001 is on its way."),
+    ]
+    at = [r.at for r in sms_gw.received()]
+    assert 0.95 <= at[1] - at[0] <= 2.5 and 1.95 <= at[2] - at[1] <= 3.5  # after 1 s, then 2 s
+    mails = [(r.message_key, r.to, r.message.fields()["subject"]) for r in mail.received()]  # type: ignore[union-attr]
+    assert sorted(mails) == sorted([
+        (key_of[("n-5", "email")], "chen@mailbox.invalid", "Payment of 12.50 received"),
+        (key_of[("n-6", "email")], "bruno@example.com", "Eid sale: 20% off"),
+    ])
+
+    # exactly one dead letter: the bad mailbox, at its first attempt; rule outcomes are statuses
+    letters = read_records(kafka_bootstrap, cfg.senders.dlq_topic, "dead_letter")
+    assert [(d["message_key"], d["reason_kind"], d["attempts"]) for d in letters] == [
+        (key_of[("n-5", "email")], "permanent_failure", 1)
+    ]
+    statuses = read_records(kafka_bootstrap, cfg.senders.status_topic, "delivery_status")
+    last = {s["message_key"]: s for s in statuses}
+    for key, row in story.rows.items():
+        s = last[key]
+        assert (s["status"], s["reason"]) == (row.status.value, row.reason)
+        assert s["not_before"] == (row.not_before_ms if row.status is DeliveryStatus.DEFERRED else None)
+        assert s["template"] == (row.template.name if row.template else None)
+
+    # what the demo prints: each rule by name, and no parameter or address
+    text = "\n".join(lines)
+    assert "n-1  u-bruno  push  attempt 1: skipped (no_address)" in text
+    assert "n-4  u-chen   email attempt 1: skipped (opted_out)" in text
+    assert "n-8  u-chen   sms   attempt 1: rejected (missing_parameter: pct)" in text
+    assert "(quiet_hours) until 08:00" in text and story.zone in text
+    for secret in ("1001", "12.50", "+351", "+880", "+86", "@example.com", "mailbox.invalid", "tok-amina", "% off"):
+        assert secret not in text
