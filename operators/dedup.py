@@ -180,7 +180,7 @@ def decide_batch(
     A request behind the watermark (less the allowed lateness) is late, and with the side-output
     policy leaves state alone. Otherwise the prefilter says whether the key may be in state; only
     a "maybe" reads it (a key written earlier in the same batch is read from the batch). The
-    window rule (``operators.window``: ``is_late``, ``window_ms``, ``is_duplicate``, ``expiry``,
+    window rule (``operators.window``'s docstring; ``is_late``, ``window_ms`` and ``expiry`` are
     spelled out here, on plain tuples, because this loop runs for every request) decides new or
     duplicate; a new request is remembered (entry, log, filter, timer).
     """

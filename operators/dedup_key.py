@@ -62,14 +62,41 @@ def shard_of(dedup_key: str, shards: int) -> int:
     then a murmur3 finalizer), e.g. for ``dedupctl trace`` to say which shard holds a key."""
     h = 0
     for unit in _utf16_units(dedup_key):
-        h = (31 * h + unit) & 0xFFFFFFFF
+        h = (31 * h + unit) & _U32
+    return _signed(_fmix32(h)) % shards
+
+
+def key_group_of(shard: int, max_parallelism: int) -> int:
+    """The Flink key group a shard's state is in (KeyGroupRangeAssignment.assignToKeyGroup of the
+    Integer key: MathUtils.murmurHash of its hashCode, modulo max parallelism)."""
+    h = _rotl((shard * 0xCC9E2D51) & _U32, 15)
+    h = _rotl((h * 0x1B873593) & _U32, 13)
+    h = _signed(_fmix32(((h * 5 + 0xE6546B64) & _U32) ^ 4))
+    return (abs(h) if h != -(1 << 31) else 0) % max_parallelism
+
+
+def subtask_of(key_group: int, parallelism: int, max_parallelism: int) -> int:
+    """The subtask that holds a key group at a parallelism (computeOperatorIndexForKeyGroup)."""
+    return key_group * parallelism // max_parallelism
+
+
+_U32 = 0xFFFFFFFF
+
+
+def _fmix32(h: int) -> int:
     h ^= h >> 16
-    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+    h = (h * 0x85EBCA6B) & _U32
     h ^= h >> 13
-    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
-    h ^= h >> 16
-    signed = h - (1 << 32) if h & 0x80000000 else h
-    return signed % shards
+    h = (h * 0xC2B2AE35) & _U32
+    return h ^ (h >> 16)
+
+
+def _rotl(h: int, r: int) -> int:
+    return ((h << r) | (h >> (32 - r))) & _U32
+
+
+def _signed(h: int) -> int:
+    return h - (1 << 32) if h & 0x80000000 else h
 
 
 def _utf16_units(text: str) -> list[int]:

@@ -65,9 +65,6 @@ def is_late(event_time: int, watermark: int, cfg: WindowConfig) -> bool:
 
 
 def expiry(entry: Accepted, cfg: WindowConfig) -> int:
-    """Event time after which the watermark makes this entry irrelevant: evict it then."""
-    return entry.event_time + entry.window_ms + cfg.allowed_lateness_ms
-
-
-def is_duplicate(entry: Accepted | None, event_time: int) -> bool:
-    return entry is not None and abs(event_time - entry.event_time) < entry.window_ms
+    """Event time after which the watermark makes this entry irrelevant: evict it then. Read by
+    position: keyed state gives back the plain tuple of Accepted's fields."""
+    return entry[1] + entry[2] + cfg.allowed_lateness_ms  # t0 + W0 + lateness

@@ -25,7 +25,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, 
 
 from operators import codec
 from operators.contract import Topics
-from operators.dedup_key import dedup_key_of, derive_dedup_key, resolve_dedup_key
+from operators.dedup_key import dedup_key_of, derive_dedup_key, key_group_of, resolve_dedup_key, shard_of
 from operators.errors import DedupError, InvalidRecordError
 from ops import kafka_io
 from settings import Settings
@@ -100,6 +100,8 @@ class TraceResult:
     invalid: list[dict[str, Any]] = field(default_factory=list)
     topics_read: list[str] = field(default_factory=list)
     status_topic: str | None = None
+    shards: int | None = None
+    max_parallelism: int | None = None
 
     @property
     def found(self) -> bool:
@@ -110,11 +112,20 @@ class TraceResult:
             self.notifications[notification_id] = NotificationTrace(notification_id)
         return self.notifications[notification_id]
 
+    def placement(self, dedup_key: str | None) -> dict[str, int] | None:
+        """Where the job keeps a dedup key's state: its shard (the key of key_by) and the shard's
+        Flink key group, both fixed for the life of the state (dedup.shards, max parallelism)."""
+        if dedup_key is None or self.shards is None or self.max_parallelism is None:
+            return None
+        shard = shard_of(dedup_key, self.shards)
+        return {"shard": shard, "key_group": key_group_of(shard, self.max_parallelism)}
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         for nid, n in self.notifications.items():
             out["notifications"][nid]["verdict"] = n.verdict
             out["notifications"][nid]["channels"] = n.channels
+            out["notifications"][nid]["state"] = self.placement(n.dedup_key)
         return out
 
 
@@ -145,9 +156,12 @@ def _where(msg: kafka_io.Message) -> Where:
 class Tracer:
     """Matches records against the query and what the requests topic said about it."""
 
-    def __init__(self, query: str, topics: Topics, status_topic: str | None = None) -> None:
+    def __init__(
+        self, query: str, topics: Topics, status_topic: str | None = None, *,
+        shards: int | None = None, max_parallelism: int | None = None,
+    ) -> None:
         self.topics = topics
-        self.result = TraceResult(query, status_topic=status_topic)
+        self.result = TraceResult(query, status_topic=status_topic, shards=shards, max_parallelism=max_parallelism)
         self.ids: set[str] = {query}
         self.keys: set[str] = {query}
         self._needle = query.encode("utf-8")
@@ -305,7 +319,7 @@ def trace(
         raise TraceError(f"no topic {', '.join(missing)} on {cfg.kafka.bootstrap_servers}: check [topics]")
     if status_topic not in found or STATUS_SCHEMA not in codec.SCHEMA_FILES:
         status_topic = None
-    tracer = Tracer(query, topics, status_topic)
+    tracer = Tracer(query, topics, status_topic, shards=cfg.dedup.shards, max_parallelism=cfg.flink.max_parallelism)
     for msg in scan(client, [topics.requests], since_ms=since_ms, timeout_s=timeout_s):
         tracer.add_request(msg)
     outputs = [*topics.outputs(), *([status_topic] if status_topic else [])]

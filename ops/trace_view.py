@@ -31,7 +31,7 @@ def _request_line(n: NotificationTrace) -> str:
     )
 
 
-def _notification(n: NotificationTrace, note: str = "") -> list[str]:
+def _notification(n: NotificationTrace, placement: Mapping[str, int] | None, note: str = "") -> list[str]:
     head = f"{n.notification_id}  {VERDICTS[n.verdict]}"
     if n.duplicate is not None:
         d = n.duplicate
@@ -41,7 +41,8 @@ def _notification(n: NotificationTrace, note: str = "") -> list[str]:
         event_time = (n.request or {}).get("event_time")
         behind = n.late["watermark"] - event_time if event_time is not None else None
         head += f": event time behind the watermark {fmt_time(n.late['watermark'])} by {fmt_duration(behind)}"
-    lines = [head + note, f"    dedup key {n.dedup_key}"]
+    state = f"  (state: shard {placement['shard']}, key group {placement['key_group']})" if placement else ""
+    lines = [head + note, f"    dedup key {n.dedup_key}{state}"]
     if n.request is not None:
         lines.append(_request_line(n))
     for m in n.accepted:
@@ -74,9 +75,9 @@ def render(result: TraceResult) -> str:
     related = [n for n in result.notifications.values() if n not in own]
     lines = [f"trace {q}"]
     for n in own:
-        lines += _notification(n)
+        lines += _notification(n, result.placement(n.dedup_key))
     for n in related:
-        lines += _notification(n, "  (same dedup key)")
+        lines += _notification(n, result.placement(n.dedup_key), "  (same dedup key)")
     for inv in result.invalid:
         lines.append(
             f"INVALID  {_at(inv['kafka'])}: {inv['error']} (read from {inv['source']}; raw bytes mention {q})"

@@ -43,7 +43,8 @@ class DedupSettings(Section):
     :param bloom_snapshot_every: keys added to a shard between two snapshots of its filter
     :param batch_max_requests: requests buffered (over all shards of a subtask) before they go to
         the Python dedup operator as one mini-batch per shard
-    :param batch_max_bytes: about the bytes of requests buffered before the mini-batches are sent
+    :param batch_max_bytes: the most bytes (about) of requests buffered at once; the mini-batches
+        are sent before a request would pass it (a request larger than it goes alone)
     :param batch_max_delay_ms: the longest a request waits for its mini-batch; batches are also
         sent before every watermark and checkpoint barrier
     """

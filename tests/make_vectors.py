@@ -18,10 +18,12 @@ from operators import codec
 from operators.dedup_key import (
     canonical_json,
     derive_dedup_key,
+    key_group_of,
     key_hash,
     message_key,
     resolve_dedup_key,
     shard_of,
+    subtask_of,
 )
 from operators.records import Category, Channel, NotificationRequest, Priority, SourcePosition
 from operators.window import Accepted
@@ -76,6 +78,11 @@ def main() -> None:
         ],
         "shard": [{"key": k, "shards": n, "shard": shard_of(k, n)} for k in KEYS for n in SHARDS],
         "key_hash": [{"key": k, "hash": key_hash(k)} for k in KEYS],
+        "key_group": [
+            {"shard": s, "max_parallelism": m, "key_group": key_group_of(s, m),
+             "parallelism": p, "subtask": subtask_of(key_group_of(s, m), p, m)}
+            for s in (0, 1, 2, 17, 127, 999) for m in (128, 4096) for p in (1, 3, 4)
+        ],
         "message_key": [],
         "records": [],
     }

@@ -18,15 +18,16 @@ Summary = tuple[str, str | None, int | None, int | None]
 
 
 class DictStore:
-    """``operators.dedup.ShardStore`` over a dict, counting its reads."""
+    """``operators.dedup.ShardStore`` over a dict, counting its reads. It holds plain tuples, as
+    the job's MapState gives them back (jobs/dedup_function.py writes ``tuple(accepted)``)."""
 
     def __init__(self) -> None:
-        self.entries: dict[str, Accepted] = {}
+        self.entries: dict[str, tuple[object, ...]] = {}
         self.reads = 0
 
     def get(self, key: str) -> Accepted | None:
         self.reads += 1
-        return self.entries.get(key)
+        return self.entries.get(key)  # type: ignore[return-value]  # a tuple of Accepted's fields
 
 
 def options(cfg: WindowConfig, grain_ms: int = 1) -> DedupOptions:
@@ -90,7 +91,7 @@ class Driver:
                     store=self.stores[s],
                     opts=self.opts,
                 )
-                self.stores[s].entries.update(result.written)
+                self.stores[s].entries.update({k: tuple(a) for k, a in result.written.items()})
                 self.logs[s] += result.logged
                 if self.memories[s].bloom.full():  # as the adapter does: a larger filter
                     self.memories[s].grow(self.opts.bloom)

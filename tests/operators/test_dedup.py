@@ -99,7 +99,7 @@ def test_an_earlier_reacceptance_is_evicted_at_its_own_expiry() -> None:
 def test_evict_keeps_unexpired_items_and_removes_expired_entries_once() -> None:
     cfg = WindowConfig()
     store = DictStore()
-    store.entries = {"a": Accepted("n1", 0, 100), "b": Accepted("n2", 0, 500)}
+    store.entries = {"a": ("n1", 0, 100, 1), "b": ("n2", 0, 500, 1)}
     gone = evict([(100, "a", 1), (100, "a", 0), (500, "b", 1), (700, "a", 0)], store, 100, cfg)
     assert gone.evicted == ["a"]
     assert gone.survivors == [(500, "b", 1), (700, "a", 0)]

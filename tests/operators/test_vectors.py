@@ -14,10 +14,12 @@ from operators.contract import Topics
 from operators.dedup_key import (
     canonical_json,
     derive_dedup_key,
+    key_group_of,
     key_hash,
     message_key,
     resolve_dedup_key,
     shard_of,
+    subtask_of,
 )
 from operators.records import SourcePosition
 from operators.window import Accepted
@@ -47,6 +49,12 @@ def test_key_hash() -> None:
 
 def test_shard() -> None:
     assert [shard_of(v["key"], v["shards"]) for v in VECTORS["shard"]] == [v["shard"] for v in VECTORS["shard"]]
+
+
+def test_key_group() -> None:
+    for v in VECTORS["key_group"]:
+        assert key_group_of(v["shard"], v["max_parallelism"]) == v["key_group"], v
+        assert subtask_of(v["key_group"], v["parallelism"], v["max_parallelism"]) == v["subtask"], v
 
 
 @pytest.mark.parametrize("v", VECTORS["message_key"], ids=ids)

@@ -14,6 +14,7 @@ import pytest
 
 from dedupctl import cli
 from operators.contract import Topics
+from operators.dedup_key import key_group_of, shard_of
 from ops import kafka_io
 from ops.trace import Tracer, TraceResult, parse_since
 from ops.trace_view import render
@@ -25,7 +26,7 @@ STATUS = "notifications.status"
 
 
 def run(query: str, status_topic: str | None = STATUS) -> TraceResult:
-    tracer = Tracer(query, TOPICS, status_topic)
+    tracer = Tracer(query, TOPICS, status_topic, shards=128, max_parallelism=128)
     msgs = story.messages(TOPICS, status_topic)
     for m in msgs:
         if m.topic == TOPICS.requests:
@@ -71,6 +72,11 @@ def test_duplicate_names_its_original():
     text = render(r)
     assert "n-2  DUPLICATE of n-1 (occurrence 2, original event time 2026-12-01T09:00:00.000Z)" in text
     assert "n-1  ACCEPTED  (same dedup key)" in text
+    # where the job keeps the key's state (shard_of and key_group_of are checked against the JVM
+    # and Flink's own assignment in tests/vectors.json)
+    shard = shard_of(story.KEY1, 128)
+    assert f"    dedup key {story.KEY1}  (state: shard {shard}, key group {key_group_of(shard, 128)})" in text
+    assert r.to_dict()["notifications"]["n-2"]["state"] == {"shard": shard, "key_group": key_group_of(shard, 128)}
 
 
 def test_late_with_the_watermark():
@@ -155,6 +161,10 @@ def test_trace_command_on_the_topics(kafka_bootstrap, tmp_path, capsys):
     assert out["notifications"]["n-3"]["verdict"] == "late"
     assert out["notifications"]["n-3"]["late"]["watermark"] == story.WATERMARK
     assert out["status_topic"] == status_topic
+    shard = shard_of(out["notifications"]["n-3"]["dedup_key"], cfg.dedup.shards)
+    assert out["notifications"]["n-3"]["state"] == {
+        "shard": shard, "key_group": key_group_of(shard, cfg.flink.max_parallelism)
+    }
 
     assert cli.main(["--config", str(config), "trace", "n-4"]) == 0
     assert "INVALID" in capsys.readouterr().out

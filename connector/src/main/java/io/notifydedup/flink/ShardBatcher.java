@@ -52,7 +52,8 @@ public final class ShardBatcher extends AbstractStreamOperator<Row> implements O
 
     /**
      * @param maxBuffered requests held over all shards before everything is emitted
-     * @param maxBufferedBytes bytes of requests held (their serialized size) before everything is emitted
+     * @param maxBufferedBytes the most bytes of requests (about their serialized size) held at once: a
+     *     request that would pass it has what is held emitted first, so only a larger request goes alone
      * @param maxDelayMs the longest a request waits in a batch
      */
     public ShardBatcher(int maxBuffered, long maxBufferedBytes, long maxDelayMs) {
@@ -97,8 +98,12 @@ public final class ShardBatcher extends AbstractStreamOperator<Row> implements O
     public void processElement(StreamRecord<Row> element) {
         Row row = element.getValue();
         Row item = (Row) row.getField(1);
+        long size = sizeOf(item);
+        if (buffered > 0 && bufferedBytes + size > maxBufferedBytes) {
+            flush(); // a batch stays within the bound; only a request larger than it goes alone
+        }
         batches.computeIfAbsent(row.getField(0), k -> new ArrayList<>()).add(item);
-        bufferedBytes += sizeOf(item);
+        bufferedBytes += size;
         if (++buffered >= maxBuffered || bufferedBytes >= maxBufferedBytes) {
             flush();
         }

@@ -9,6 +9,7 @@ import io.notifydedup.contract.Canonical;
 import io.notifydedup.contract.Contract;
 import io.notifydedup.contract.Keys;
 
+import org.apache.flink.runtime.state.KeyGroupRangeAssignment;
 import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.JsonNode;
 import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.ObjectMapper;
 import org.apache.flink.types.Row;
@@ -76,6 +77,17 @@ class VectorsTest {
     void shardOfAKey() {
         for (JsonNode v : vectors.get("shard")) {
             assertEquals(v.get("shard").asInt(), Keys.shardOf(v.get("key").asText(), v.get("shards").asInt()), v.toString());
+        }
+    }
+
+    @Test
+    void keyGroupOfAShard() {
+        for (JsonNode v : vectors.get("key_group")) {
+            int maxParallelism = v.get("max_parallelism").asInt();
+            int keyGroup = KeyGroupRangeAssignment.assignToKeyGroup(v.get("shard").asInt(), maxParallelism);
+            assertEquals(v.get("key_group").asInt(), keyGroup, v.toString());
+            assertEquals(v.get("subtask").asInt(), KeyGroupRangeAssignment.computeOperatorIndexForKeyGroup(
+                maxParallelism, v.get("parallelism").asInt(), keyGroup), v.toString());
         }
     }
 
