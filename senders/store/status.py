@@ -378,7 +378,8 @@ class StatusStore:
             check_transition(row.status, status)
             self._db.exec(
                 cur,
-                "UPDATE delivery_status SET status = ?, reason = ?, updated_ms = ? WHERE message_key = ? AND status = ?",
+                "UPDATE delivery_status SET status = ?, reason = ?, updated_ms = ?"
+                " WHERE message_key = ? AND status = ?",
                 (status.value, reason, now_ms, row.message_key, DeliveryStatus.SENT.value),
             )
         return replace(row, status=status, reason=reason, updated_ms=now_ms), True
@@ -540,7 +541,8 @@ class StatusStore:
         with self._db.tx(write=False) as cur:
             found = self._db.exec(
                 cur,
-                f"SELECT {_COLUMNS} FROM delivery_status WHERE user_id = ? ORDER BY created_ms DESC, message_key LIMIT ?",
+                f"SELECT {_COLUMNS} FROM delivery_status WHERE user_id = ?"
+                " ORDER BY created_ms DESC, message_key LIMIT ?",
                 (user_id, limit),
             )
             return [StatusRow.from_db(r) for r in found.fetchall()]

@@ -1,0 +1,101 @@
+"""What the routes use, built from the settings once per process: the store's connections, the
+Kafka producer, the templates, the contacts' keys, the callers' limits, the campaigns' runners
+and the reader of the job's verdicts."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from fastapi import Request
+
+from api import campaigns
+from api.outcomes import OutcomeReader
+from api.pool import StorePool
+from api.producer import RequestProducer
+from api.ratelimit import CallerLimits
+from api.tokens import TokenCache
+from operators.limits import RequestLimits
+from senders.profiles.crypto import ContactCipher
+from senders.runtime.pool import contact_cipher, store_location
+from senders.store.db import Database, open_database
+from senders.templates.catalog import Catalog, load_catalog
+from settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Services:
+    cfg: Settings
+    pool: StorePool
+    producer: RequestProducer
+    catalog: Catalog
+    cipher: ContactCipher
+    limits: RequestLimits
+    webhook_secrets: dict[str, bytes]
+    tokens: TokenCache
+    callers: CallerLimits
+    campaigns: campaigns.CampaignManager
+    outcomes: OutcomeReader
+    retention_ms: int
+    ready: bool = field(default=False)
+
+    def start(self) -> None:
+        api = self.cfg.api
+        campaigns.ensure_topic(self.cfg.kafka.client_config(), api.campaigns_topic, self.cfg.kafka.replication_factor)
+        self.outcomes.start()
+        self.campaigns.start_all(campaigns.active(self.pool.db()))
+        self.ready = True
+
+    def stop(self) -> None:
+        self.ready = False
+        timeout = self.cfg.api.shutdown_timeout_s
+        self.campaigns.stop(timeout)
+        self.outcomes.stop(timeout)
+        self.producer.close(timeout)
+        self.pool.close()
+
+
+def build_services(cfg: Settings) -> Services:
+    """Everything the API needs; a wrong setting (store, keys, templates, secrets) stops the start."""
+    s, api = cfg.senders, cfg.api
+    password = s.status_store_password.get_secret_value() if s.status_store_password else None
+    location = store_location(cfg)
+
+    def opener() -> Database:
+        return open_database(location, synchronous=api.sqlite_synchronous, password=password,
+                             busy_timeout_ms=s.sqlite_busy_timeout_ms)
+
+    pool = StorePool(opener, api.store_threads)
+    limits = cfg.dedup.request_limits()
+    client = cfg.kafka.client_config()
+    ctx = campaigns.RunnerContext(
+        client_config=client,
+        requests_topic=cfg.topics.requests,
+        campaigns_topic=api.campaigns_topic,
+        transactional_id_prefix=api.transactional_id_prefix,
+        batch_ms=api.campaign_batch_ms,
+        limits=limits,
+        opener=opener,
+        kafka_timeout_s=s.kafka_timeout_ms / 1000,
+    )
+    return Services(
+        cfg=cfg,
+        pool=pool,
+        producer=RequestProducer(client, ack_timeout_ms=api.ack_timeout_ms),
+        catalog=load_catalog(s.template_options()),
+        cipher=contact_cipher(cfg),
+        limits=limits,
+        webhook_secrets=api.webhook_secret_map(),
+        tokens=TokenCache(api.token_cache_ttl_ms / 1000),
+        callers=CallerLimits(api.default_rate_per_sec),
+        campaigns=campaigns.CampaignManager(ctx),
+        outcomes=OutcomeReader(client, cfg.topics, api.outcomes_group, opener),
+        retention_ms=s.retention_ms(cfg.dedup.max_window_sec),
+    )
+
+
+def services(request: Request) -> Services:
+    found: Services = request.app.state.services
+    return found
