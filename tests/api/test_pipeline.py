@@ -50,6 +50,10 @@ class Pipeline:
         assert reply.status_code == 200, reply.text
         return reply.json()  # type: ignore[no-any-return]
 
+    def verdict(self, ident: str) -> str | None:
+        reply = self.client().get(f"/v1/notifications/{ident}")
+        return str(reply.json()["verdict"]) if reply.status_code == 200 else None
+
     def requests(self) -> list[dict]:  # type: ignore[type-arg]
         return read_records(self.bootstrap, self.cfg.topics.requests, "notification_request")
 
@@ -247,13 +251,17 @@ def test_a_duplicate_names_its_original_and_late_and_invalid_say_so(pipeline: Pi
     )
     prod = kafka_io.producer(p.cfg.kafka.client_config())
     kafka_io.produce_all(prod, p.cfg.topics.requests, [(b"nusrat", codec.encode_request(repeat))])
-    wait_until(lambda: p.status("other-producer-1")["verdict"] == "duplicate", 60,
+    wait_until(lambda: p.verdict("other-producer-1") == "duplicate", 60,
                lambda: str(p.client().get("/v1/notifications/other-producer-1").text))
     dup = p.status("other-producer-1")
     assert (dup["duplicate_of"], dup["occurrence"], dup["channels"]) == (original, 2, {})
 
+    # the watermark: a request of now through the job, then an idle partition's idleness (5 s)
+    marker = post(p, "evt-marker", {**SHIPPED, "params": {"order": "M-1"}}).json()["id"]
+    wait_until(lambda: p.verdict(marker) == "accepted", 60, lambda: str(p.status(marker)))
+    time.sleep(7)
     late = post(p, "evt-late", {**SHIPPED, "event_time": int(time.time() * 1000) - 86_400_000}).json()["id"]
-    wait_until(lambda: p.status(late)["verdict"] == "late", 60, lambda: str(p.status(late)))
+    wait_until(lambda: p.verdict(late) == "late", 60, lambda: str(p.status(late)))
     seen = p.status(late)
     assert seen["watermark"] is not None and seen["watermark"] > seen["event_time"] and seen["reason"]
     assert seen["channels"] == {}
@@ -262,5 +270,5 @@ def test_a_duplicate_names_its_original_and_late_and_invalid_say_so(pipeline: Pi
     invalid = post(p, long_key, SHIPPED)
     assert invalid.status_code == 202
     nid = invalid.json()["id"]
-    wait_until(lambda: p.status(nid)["verdict"] == "invalid", 60, lambda: str(p.status(nid)))
+    wait_until(lambda: p.verdict(nid) == "invalid", 60, lambda: str(p.status(nid)))
     assert p.status(nid)["reason"] == "dedup_key of 200 bytes is over the limit of 100 bytes (dedup.max_field_bytes)"
