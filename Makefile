@@ -94,6 +94,7 @@ $(BENCH_STAMP): $(VENV_STAMP) pyproject.toml
 
 bench: setup $(BENCH_STAMP)
 	$(BIN)/python -m bench.run --quick
+	$(BIN)/python -m bench.api
 
 bench-full: setup $(BENCH_STAMP)
 	$(BIN)/python -m bench.run

@@ -17,12 +17,12 @@ from typing import Any
 
 import httpx
 import pytest
-from pydantic import SecretStr
 
 from api.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from api.tables import SCHEMA
 from api.tokens import Caller, create_token
 from harness.ports import free_port
+from harness.settings_file import write_settings
 from operators.contract import Topics
 from operators.records import Category
 from ops import kafka_io
@@ -31,27 +31,6 @@ from settings import REPO_ROOT, Settings
 from tests.senders.conftest import fast_senders, register_users
 
 WEBHOOK_SECRET = "whsec-test-3f9a"
-
-
-def write_settings(cfg: Settings, path: Path) -> Path:
-    """Every section of ``cfg`` as a TOML file, for ``dedupctl --config`` (secrets in the clear)."""
-    lines: list[str] = [f"data_dir = {json.dumps(cfg.data_dir)}"]
-    for section in ("kafka", "topics", "dedup", "senders", "api"):
-        lines.append(f"[{section}]")
-        part = getattr(cfg, section)
-        items = part.by_role().items() if section == "topics" else ((n, getattr(part, n)) for n in type(part).model_fields)
-        for name, value in items:
-            if value is None:
-                continue
-            if isinstance(value, bool):
-                lines.append(f"{name} = {str(value).lower()}")
-            elif isinstance(value, int | float):
-                lines.append(f"{name} = {value!r}")
-            else:
-                text = value.get_secret_value() if isinstance(value, SecretStr) else str(value)
-                lines.append(f"{name} = {json.dumps(text)}")
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
 
 
 def api_settings(bootstrap: str, root: Path, *, senders: Mapping[str, object] | None = None,
