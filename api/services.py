@@ -10,9 +10,11 @@ from dataclasses import dataclass, field
 from fastapi import Request
 
 from api import campaigns
+from api.completions import CompletionWriter
 from api.outcomes import OutcomeReader
 from api.pool import StorePool
 from api.producer import RequestProducer
+from api.profile_cache import ProfileReads
 from api.ratelimit import CallerLimits
 from api.tokens import TokenCache
 from operators.limits import RequestLimits
@@ -39,6 +41,8 @@ class Services:
     campaigns: campaigns.CampaignManager
     outcomes: OutcomeReader
     retention_ms: int
+    completions: CompletionWriter
+    profiles: ProfileReads
     ready: bool = field(default=False)
 
     def start(self) -> None:
@@ -54,6 +58,7 @@ class Services:
         self.campaigns.stop(timeout)
         self.outcomes.stop(timeout)
         self.producer.close(timeout)
+        self.completions.stop(timeout)
         self.pool.close()
 
 
@@ -93,6 +98,8 @@ def build_services(cfg: Settings) -> Services:
         campaigns=campaigns.CampaignManager(ctx),
         outcomes=OutcomeReader(client, cfg.topics, api.outcomes_group, opener),
         retention_ms=s.retention_ms(cfg.dedup.max_window_sec),
+        completions=CompletionWriter(opener),
+        profiles=ProfileReads(s.profile_cache_ttl_ms),
     )
 
 

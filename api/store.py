@@ -91,13 +91,18 @@ _REQUEST_COLUMNS = (
 
 def complete_key(db: Database, key: str, answer: dict[str, Any], record: RequestRecord) -> None:
     """The request is in Kafka: its answer is kept for the key, and the record for its status."""
+    complete_keys(db, [(key, answer, record)])
+
+
+def complete_keys(db: Database, done: Sequence[tuple[str, dict[str, Any], RequestRecord]]) -> None:
+    """Several requests in Kafka, in one transaction."""
     with db.tx() as cur:
-        db.exec(
-            cur,
-            "UPDATE api_idempotency SET state = 'done', answer = ? WHERE idem_key = ? AND notification_id = ?",
-            (json.dumps(answer, sort_keys=True), key, record.notification_id),
+        cur.executemany(
+            db.sql("UPDATE api_idempotency SET state = 'done', answer = ? WHERE idem_key = ? AND notification_id = ?"),
+            [(json.dumps(answer, sort_keys=True), key, record.notification_id) for key, answer, record in done],
         )
-        insert_request(db, cur, record)
+        for _, _, record in done:
+            insert_request(db, cur, record)
 
 
 def insert_request(db: Database, cur: Any, record: RequestRecord) -> None:

@@ -46,6 +46,7 @@ def _problems(exc: ProfileError) -> Exception:
 async def put_preferences(user_id: UserId, body: PreferencesUpdate, request: Request) -> ProfileOut:
     s = services(request)
     update = body.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    s.profiles.drop(user_id)
     try:
         profile = await s.pool.run(lambda db: ProfileStore(db, s.cipher).apply_preferences(user_id, update))
     except ProfileError as exc:
@@ -58,6 +59,7 @@ async def put_preferences(user_id: UserId, body: PreferencesUpdate, request: Req
 async def put_contacts(user_id: UserId, body: ContactsIn, request: Request) -> ProfileOut:
     s = services(request)
     update = body.model_dump(mode="json", exclude_unset=True)
+    s.profiles.drop(user_id)
     try:
         profile = await s.pool.run(lambda db: ProfileStore(db, s.cipher).apply_contacts(user_id, update))
     except ProfileError as exc:
@@ -69,6 +71,7 @@ async def put_contacts(user_id: UserId, body: ContactsIn, request: Request) -> P
              summary="Register a push token (again: an earlier deactivation no longer holds)")
 async def post_device(body: DeviceIn, request: Request) -> ProfileOut:
     s = services(request)
+    s.profiles.drop(body.user_id)
     try:
         profile = await s.pool.run(
             lambda db: ProfileStore(db, s.cipher).add_device(body.user_id, body.token, body.platform)
@@ -104,6 +107,7 @@ async def delete_user(user_id: UserId, request: Request) -> Erased:
                       requests=requests)
 
     result = await s.pool.run(erase)
+    s.profiles.drop(user_id)
     if not (result.profile or result.statuses or result.requests):
         raise not_found("nothing is stored for this user", code="unknown_user")
     logger.info("erased a user: profile %s, %d contacts, %d statuses, %d requests", result.profile,

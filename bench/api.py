@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
             kafka={"bootstrap_servers": broker.bootstrap, "partitions": 3},
             senders={"status_store": str(home / "status.sqlite3"), "contact_encryption_keys": generate_key(),
                      "contact_lookup_keys": generate_key()},
-            api={"port": free_port(), "default_rate_per_sec": 1e6},
+            api={"port": free_port(), "default_rate_per_sec": 1e6, "store_threads": args.store_threads or None},
         )
         kafka_io.create_topics(cfg.kafka.client_config(), cfg.topics.all(), 3)
         kafka_io.create_topics(cfg.kafka.client_config(), [cfg.senders.status_topic], 3)
@@ -209,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds at half the rate first (not measured)")
     parser.add_argument("--connections", type=int, default=64, help="keep-alive connections of the generator")
     parser.add_argument("--users", type=int, default=1000)
+    parser.add_argument("--store-threads", type=int, default=0, help="api.store_threads (default: the setting)")
     parser.add_argument("--load", metavar="URL", help=argparse.SUPPRESS)  # the generator process itself
     args = parser.parse_args(argv)
     return load_main(args) if args.load else run(args)

@@ -16,8 +16,10 @@ def write_settings(cfg: Settings, path: Path) -> Path:
     for section in ("kafka", "topics", "dedup", "senders", "api"):
         lines.append(f"[{section}]")
         part = getattr(cfg, section)
-        fields = type(part).model_fields
-        items = part.by_role().items() if section == "topics" else ((n, getattr(part, n)) for n in fields)
+        if section == "topics":
+            items = part.by_role().items()
+        else:
+            items = ((n, getattr(part, n)) for n in type(part).model_fields)
         for name, value in items:
             if value is None:
                 continue

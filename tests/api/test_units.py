@@ -11,7 +11,7 @@ from api.accept import channels_now, check_key, check_message, template_for
 from api.errors import ApiError
 from api.ratelimit import CallerLimits
 from api.signing import sign, verify
-from api.store import Reservation, RequestRecord, complete_key, release_key, reserve_key
+from api.store import RequestRecord, Reservation, complete_key, release_key, reserve_key
 from api.tables import SCHEMA
 from api.tokens import Caller, create_token, lookup, token_hash
 from operators.records import Category, Channel, Priority
