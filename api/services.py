@@ -72,7 +72,9 @@ def build_services(cfg: Settings) -> Services:
         return open_database(location, synchronous=api.sqlite_synchronous, password=password,
                              busy_timeout_ms=s.sqlite_busy_timeout_ms)
 
-    pool = StorePool(opener, api.store_threads)
+    # SQLite takes one writer at a time: more threads only wait in its busy handler
+    shared = location.startswith(("postgresql://", "postgres://"))
+    pool = StorePool(opener, api.store_threads if shared else 1)
     limits = cfg.dedup.request_limits()
     client = cfg.kafka.client_config()
     ctx = campaigns.RunnerContext(

@@ -41,7 +41,8 @@ class ApiSettings(Section):
         topics into the store, for the status of a notification
     :param sqlite_synchronous: SQLite ``synchronous`` of the API's connections (NORMAL survives
         a crash of the process; a lost idempotency record only lets a retry through to the dedup)
-    :param store_threads: connections (and threads) the API uses for the store
+    :param store_threads: connections (and threads) the API uses for a PostgreSQL store (a SQLite
+        store takes one writer at a time: one)
     :param prune_interval_s: how often expired idempotency keys and old records are dropped
     :param shutdown_timeout_s: on SIGTERM, how long requests in flight may finish and the Kafka
         producer may flush
