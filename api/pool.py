@@ -38,6 +38,10 @@ class StorePool:
             threads,
         )
 
+    def opener(self) -> Database:
+        """A new connection of its own (for a thread outside the pool)."""
+        return self._opener()
+
     def db(self) -> Database:
         """This thread's connection."""
         db: Database | None = getattr(self._local, "db", None)

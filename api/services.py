@@ -5,6 +5,8 @@ and the reader of the job's verdicts."""
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from dataclasses import dataclass, field
 
 from fastapi import Request
@@ -16,6 +18,7 @@ from api.pool import StorePool
 from api.producer import RequestProducer
 from api.profile_cache import ProfileReads
 from api.ratelimit import CallerLimits
+from api.store import prune
 from api.tokens import TokenCache
 from operators.limits import RequestLimits
 from senders.profiles.crypto import ContactCipher
@@ -44,16 +47,34 @@ class Services:
     completions: CompletionWriter
     profiles: ProfileReads
     ready: bool = field(default=False)
+    _stop_pruning: threading.Event = field(default_factory=threading.Event)
+
+    def _prune(self) -> None:
+        """Every ``api.prune_interval_s``: expired idempotency keys, and records older than the
+        status store's retention."""
+        db = None
+        while not self._stop_pruning.wait(self.cfg.api.prune_interval_s):
+            try:
+                db = db or self.pool.opener()
+                dropped = prune(db, int(time.time() * 1000), self.retention_ms)
+                if dropped:
+                    logger.info("pruned %d expired idempotency keys and old records", dropped)
+            except Exception:  # noqa: BLE001 - the next round tries again
+                logger.exception("pruning the API's records failed")
+        if db is not None:
+            db.close()
 
     def start(self) -> None:
         api = self.cfg.api
         campaigns.ensure_topic(self.cfg.kafka.client_config(), api.campaigns_topic, self.cfg.kafka.replication_factor)
         self.outcomes.start()
         self.campaigns.start_all(campaigns.active(self.pool.db()))
+        threading.Thread(target=self._prune, name="api-prune", daemon=True).start()
         self.ready = True
 
     def stop(self) -> None:
         self.ready = False
+        self._stop_pruning.set()
         timeout = self.cfg.api.shutdown_timeout_s
         self.campaigns.stop(timeout)
         self.outcomes.stop(timeout)

@@ -11,7 +11,7 @@ from api.accept import channels_now, check_key, check_message, template_for
 from api.errors import ApiError
 from api.ratelimit import CallerLimits
 from api.signing import sign, verify
-from api.store import RequestRecord, Reservation, complete_key, release_key, reserve_key
+from api.store import RequestRecord, Reservation, complete_key, prune, release_key, request_by_id, reserve_key
 from api.tables import SCHEMA
 from api.tokens import Caller, create_token, lookup, token_hash
 from operators.records import Category, Channel, Priority
@@ -117,4 +117,17 @@ def test_tokens_are_stored_as_hashes_and_idempotency_keys_replay_or_refuse(tmp_p
     # a writer that died holding it: taken over once stale
     stale = dict(now_ms=now + 75_000, ttl_ms=60_000, stale_ms=10_000)
     assert reserve_key(db, "k1", "fp9", "n6", "u1", **stale).outcome is Reservation.NEW  # type: ignore[arg-type]
+    db.close()
+
+
+def test_prune_drops_expired_keys_and_records_past_the_retention(tmp_path: Path) -> None:
+    db = open_database(str(tmp_path / "p.sqlite3"), synchronous="NORMAL")
+    db.ensure_schema(SCHEMA)
+    for n, at in (("old", 1_000), ("new", 90_000)):
+        reserve_key(db, n, "fp", n, "u", now_ms=at, ttl_ms=10_000, stale_ms=1_000)
+        complete_key(db, n, {"id": n}, RequestRecord(n, n, "u", "t", ("sms",), "normal", "c", at, at, 0, at))
+    assert prune(db, now_ms=95_000, retention_ms=50_000) == 2  # the old key and record; the new ones stay
+    assert request_by_id(db, "old") is None and request_by_id(db, "new") is not None
+    assert reserve_key(db, "new", "fp", "x", "u", now_ms=95_000, ttl_ms=10_000, stale_ms=1_000).outcome is (
+        Reservation.REPLAY)
     db.close()
