@@ -18,7 +18,8 @@ setup: system-packages venv jars
 # Servers and tools the tests run, from Debian's packages, installed only where missing:
 # PostgreSQL (initdb/pg_ctl start a throwaway cluster for the shared status store's tests),
 # promtool (package prometheus: alert rules) and docker-compose (validates docker-compose.yml
-# without an engine) and redis-server (the Redis-backed engine and the benchmark's Redis peer).
+# without an engine), redis-server (the Redis-backed engine and the benchmark's Redis peer), and
+# chromium with chromium-driver (the API's support page is tested in a real headless browser).
 # Installing needs root (or password-less sudo).
 PG_BINARIES := $(wildcard /usr/lib/postgresql/*/bin/initdb)
 system-packages:
@@ -27,6 +28,8 @@ system-packages:
 	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
 	command -v docker-compose >/dev/null 2>&1 || missing="$$missing docker-compose"; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then sudo=""; \
 	  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo="sudo"; \
@@ -63,7 +66,7 @@ test-fast: setup
 	$(BIN)/python -m pytest -m "not integration"
 
 lint: venv
-	$(BIN)/ruff check dedupctl jobs operators senders settings ops harness bench tests
+	$(BIN)/ruff check dedupctl jobs operators senders settings ops harness api bench tests
 
 typecheck: venv
 	$(BIN)/mypy
@@ -91,6 +94,7 @@ $(BENCH_STAMP): $(VENV_STAMP) pyproject.toml
 
 bench: setup $(BENCH_STAMP)
 	$(BIN)/python -m bench.run --quick
+	$(BIN)/python -m bench.api
 
 bench-full: setup $(BENCH_STAMP)
 	$(BIN)/python -m bench.run

@@ -210,6 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     register_templates(sub)
     from dedupctl.users_cmd import register as register_users
     register_users(sub)
+    from dedupctl.api_cmd import register as register_api
+    register_api(sub)
     return parser
 
 

@@ -5,11 +5,12 @@ File sections and environment variables share names: ``[kafka] bootstrap_servers
 names the file. Flags go through ``Settings.with_overrides(section={...})``.
 
 One module per section (pydantic models, frozen): settings/kafka.py, dedup.py, flink.py,
-senders.py, topics.py; the whole in settings/model.py. Secrets are ``SecretStr``: never in a
+senders.py, api.py, topics.py; the whole in settings/model.py. Secrets are ``SecretStr``: never in a
 repr, a log line or a dump, ``.get_secret_value()`` where a client needs them. What Flink is
 told, in every environment, is derived from these in settings/flink_conf.py.
 """
 
+from settings.api import ApiSettings
 from settings.base import ENV_PREFIX, REPO_ROOT
 from settings.dedup import DedupSettings
 from settings.flink import FlinkSettings
@@ -18,6 +19,7 @@ from settings.model import Settings, load_settings
 from settings.senders import SendersSettings
 
 __all__ = [
+    "ApiSettings",
     "ENV_PREFIX",
     "REPO_ROOT",
     "DedupSettings",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import field_validator
 
 from operators.bloom import BloomConfig
+from operators.limits import RequestLimits
 from operators.window import LatePolicy, WindowConfig
 from settings.base import Section
 
@@ -96,4 +97,14 @@ class DedupSettings(Section):
             initial_keys=max(64, self.bloom_expected_keys // self.shards),
             fp_rate=self.bloom_fp_rate,
             growth=self.bloom_growth,
+        )
+
+    def request_limits(self) -> RequestLimits:
+        """The input limits, as producers that check a request before writing it read them."""
+        return RequestLimits(
+            max_record_bytes=self.max_record_bytes,
+            max_field_bytes=self.max_field_bytes,
+            max_params=self.max_params,
+            max_param_bytes=self.max_param_bytes,
+            max_future_ms=self.max_future_ms,
         )

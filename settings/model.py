@@ -14,6 +14,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from operators.contract import Topics
 from operators.errors import ConfigError
+from settings.api import ApiSettings
 from settings.base import ENV_PREFIX, config_error
 from settings.dedup import DedupSettings
 from settings.flink import FlinkSettings
@@ -34,6 +35,7 @@ class Settings(BaseSettings):
     :param dedup: the ``[dedup]`` section
     :param flink: the ``[flink]`` section
     :param senders: the ``[senders]`` section
+    :param api: the ``[api]`` section
     :param data_dir: local state of the tools (the local broker, the senders' store)
     """
 
@@ -44,6 +46,7 @@ class Settings(BaseSettings):
     dedup: DedupSettings = Field(default_factory=DedupSettings)
     flink: FlinkSettings = Field(default_factory=FlinkSettings)
     senders: SendersSettings = Field(default_factory=SendersSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
     data_dir: str = ".data"
 
     def __init__(self, **values: Any) -> None:

@@ -134,6 +134,7 @@ class AttemptResult:
     :param retry_after_ms: the provider's own wait hint, for a transient failure
     :param deactivate_address: a permanent failure caused by the address itself
     :param provider: the provider that was called (None when none was)
+    :param reference: the provider's id of an accepted message (its delivery receipts name it)
     """
 
     outcome: AttemptOutcome
@@ -141,6 +142,7 @@ class AttemptResult:
     retry_after_ms: int | None = None
     deactivate_address: bool = False
     provider: str | None = None
+    reference: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

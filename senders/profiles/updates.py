@@ -55,6 +55,10 @@ class _PreferencesUpdate(StrictModel):
     marketing: _MarketingUpdate = Field(default_factory=_MarketingUpdate)
 
 
+#: the body of ``PUT /v1/users/{id}/preferences`` (the API documents it with this model)
+PreferencesUpdate = _PreferencesUpdate
+
+
 def _validated(model: type[StrictModel], update: object) -> Any:
     try:
         return model.model_validate(update)

@@ -32,6 +32,8 @@ from senders.templates.render import Rendered
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 #: the most of a reply body read (for its ``id``); the rest is not needed
 MAX_BODY = 64 * 1024
+#: the longest provider message id kept (a longer one is no id of ours to look up)
+MAX_REFERENCE = 256
 
 #: 4xx replies that are retried (the contract: 2xx sent, 408/425/429/5xx/timeout transient,
 #: other 4xx permanent)
@@ -84,7 +86,8 @@ class HttpProvider(Provider):
     "locale", ...}`` and the rendered parts (push: ``title``, ``body``; SMS: ``text``,
     ``encoding``, ``segments``; email: ``subject``, ``text``, ``html``).
 
-    2xx: sent (``id`` of a JSON reply is the reference). 408, 425, 429, 5xx, a timeout or a
+    2xx: sent; ``id`` (or ``message_id``) of a JSON reply is the provider's message id, recorded
+    with the status so that its delivery receipts find the message. 408, 425, 429, 5xx, a timeout or a
     connection error: transient (Retry-After honoured). 3xx: permanent (the URL is wrong: not
     followed). Any other 4xx: permanent. Only an answer of ``invalid_recipient`` (by default
     ``410``, or 400/404 whose body says ``invalid_recipient``) deactivates the address: a wrong
@@ -196,5 +199,9 @@ class HttpProvider(Provider):
             parsed = json.loads(body) if body else None
         except ValueError:
             return None
-        ref = parsed.get("id") if isinstance(parsed, dict) else None
-        return str(ref) if ref is not None else None
+        if not isinstance(parsed, dict):
+            return None
+        ref = parsed.get("id", parsed.get("message_id"))
+        if isinstance(ref, bool) or not isinstance(ref, str | int) or not str(ref) or len(str(ref)) > MAX_REFERENCE:
+            return None
+        return str(ref)

@@ -134,8 +134,8 @@ class Dispatcher:
                 f"no time left in the claim's lease for a call to {provider.name} (rate limit)",
             )
         try:
-            provider.send(to=to, message_key=delivery.message_key, message=message)
-            return AttemptResult(AttemptOutcome.SENT, provider=provider.name)
+            receipt = provider.send(to=to, message_key=delivery.message_key, message=message)
+            return AttemptResult(AttemptOutcome.SENT, provider=provider.name, reference=receipt.reference)
         except ProviderRetryableError as exc:
             return AttemptResult(
                 AttemptOutcome.TRANSIENT, exc.reason, retry_after_ms(exc.retry_after_s), provider=provider.name

@@ -314,6 +314,7 @@ class DeliveryHandler:
                 error=error,
                 now_ms=now,
                 deactivate=deactivate,
+                provider_ref=result.reference,
             ),
             budget_s=(claimed_at + self.lease_ms - self._clock_ms()) / 1000,
         )

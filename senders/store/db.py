@@ -104,11 +104,15 @@ ADDED_COLUMNS = (
     ("delivery_status", "template", "TEXT"),
     ("delivery_status", "template_version", "INTEGER"),
     ("delivery_status", "locale", "TEXT"),
+    # the provider's id of a sent message: delivery receipts find the message by it
+    ("delivery_status", "provider_ref", "TEXT"),
 )
 #: indexes on added columns (made after them)
 INDEXES = (
     "CREATE INDEX IF NOT EXISTS delivery_status_by_user ON delivery_status (user_id)",
     "CREATE INDEX IF NOT EXISTS delivery_status_by_age ON delivery_status (updated_ms)",
+    "CREATE INDEX IF NOT EXISTS delivery_status_by_notification ON delivery_status (notification_id)",
+    "CREATE INDEX IF NOT EXISTS delivery_status_by_provider_ref ON delivery_status (provider, provider_ref)",
 )
 
 #: serialises concurrent CREATE TABLE IF NOT EXISTS on PostgreSQL (which may otherwise collide)
@@ -168,6 +172,15 @@ class Database:
                 if column not in self._columns(cur, table):
                     cur.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
             for ddl in INDEXES:
+                cur.execute(ddl)
+
+    def ensure_schema(self, statements: Iterable[str]) -> None:
+        """Run more ``CREATE ... IF NOT EXISTS`` statements (another component's tables, such
+        as the API's), serialised like the store's own."""
+        with self.tx() as cur:
+            if self.dialect == "postgresql":
+                cur.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+            for ddl in statements:
                 cur.execute(ddl)
 
     def _columns(self, cur: Any, table: str) -> set[str]:

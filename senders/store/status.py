@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 _COLUMNS = (
     "message_key, notification_id, channel, lane, status, attempts, provider, last_error, dead_letter,"
     " retry_at_ms, lease_until_ms, owner, unpublished, updated_ms, user_id, reason, not_before_ms,"
-    " template, template_version, locale"
+    " template, template_version, locale, provider_ref"
 )
 
 
@@ -66,6 +66,7 @@ class StatusRow:
     reason: str | None = None
     not_before_ms: int | None = None
     template: TemplateRef | None = None
+    provider_ref: str | None = None
 
     @classmethod
     def from_db(cls, row: tuple[Any, ...]) -> StatusRow:
@@ -90,6 +91,7 @@ class StatusRow:
             template,
             version,
             locale,
+            provider_ref,
         ) = row
         return cls(
             key,
@@ -110,6 +112,7 @@ class StatusRow:
             reason,
             None if not_before is None else int(not_before),
             TemplateRef(template, None if version is None else int(version), locale) if template else None,
+            provider_ref,
         )
 
     def state(self) -> StoredState:
@@ -289,16 +292,18 @@ class StatusStore:
         error: str | None,
         now_ms: int,
         deactivate: tuple[Channel, str] | None = None,
+        provider_ref: str | None = None,
     ) -> bool:
         """sending -> the plan's status, if this worker still holds the claim. ``deactivate``
-        (channel, address) is marked inactive in the same transaction."""
+        (channel, address) is marked inactive in the same transaction; ``provider_ref`` is the
+        provider's id of a sent message (its delivery receipts name it)."""
         check_transition(DeliveryStatus.SENDING, plan.status)
         with self._db.tx() as cur:
             done = (
                 self._db.exec(
                     cur,
                     "UPDATE delivery_status SET status = ?, provider = ?, last_error = ?, dead_letter = ?,"
-                    " retry_at_ms = ?, lease_until_ms = 0, unpublished = 1, updated_ms = ?"
+                    " retry_at_ms = ?, lease_until_ms = 0, unpublished = 1, updated_ms = ?, provider_ref = ?"
                     " WHERE message_key = ? AND status = ? AND attempts = ? AND owner = ?",
                     (
                         plan.status.value,
@@ -307,6 +312,7 @@ class StatusStore:
                         plan.dead_letter.value if plan.dead_letter else None,
                         plan.retry_at_ms,
                         now_ms,
+                        provider_ref,
                         message_key,
                         DeliveryStatus.SENDING.value,
                         attempt,
@@ -348,6 +354,35 @@ class StatusStore:
                 ).rowcount
                 == 1
             )
+
+    def apply_receipt(
+        self, provider: str, reference: str, status: DeliveryStatus, reason: str | None, now_ms: int
+    ) -> tuple[StatusRow | None, bool]:
+        """A provider's delivery receipt: the message it sent as ``reference`` goes from sent to
+        ``status`` (delivered, or failed for a bounce), once. Returns the row as it is now (None:
+        no message of that provider has that id) and whether this receipt changed it; the same
+        receipt again, or one for a message already delivered or failed, changes nothing."""
+        if status not in (DeliveryStatus.DELIVERED, DeliveryStatus.FAILED):
+            raise ValueError(f"a receipt says delivered or failed, not {status}")
+        with self._db.tx() as cur:
+            found = self._db.exec(
+                cur,
+                f"SELECT {_COLUMNS} FROM delivery_status WHERE provider = ? AND provider_ref = ?{self._db.for_update}",
+                (provider, reference),
+            ).fetchone()
+            if found is None:
+                return None, False
+            row = StatusRow.from_db(found)
+            if row.status is not DeliveryStatus.SENT:
+                return row, False
+            check_transition(row.status, status)
+            self._db.exec(
+                cur,
+                "UPDATE delivery_status SET status = ?, reason = ?, updated_ms = ?"
+                " WHERE message_key = ? AND status = ?",
+                (status.value, reason, now_ms, row.message_key, DeliveryStatus.SENT.value),
+            )
+        return replace(row, status=status, reason=reason, updated_ms=now_ms), True
 
     def inactive_since(self, channel: Channel, address: str) -> int | None:
         """When the address was deactivated (ms), or None while it is active."""
@@ -477,6 +512,40 @@ class StatusStore:
                 cur, f"SELECT {_COLUMNS} FROM delivery_status WHERE message_key = ?", (message_key,)
             ).fetchone()
         return StatusRow.from_db(found) if found else None
+
+    def rows_of_notification(self, notification_id: str) -> list[StatusRow]:
+        """The rows of one notification (one per channel and accepted occurrence)."""
+        with self._db.tx(write=False) as cur:
+            found = self._db.exec(
+                cur,
+                f"SELECT {_COLUMNS} FROM delivery_status WHERE notification_id = ? ORDER BY created_ms, message_key",
+                (notification_id,),
+            )
+            return [StatusRow.from_db(r) for r in found.fetchall()]
+
+    def rows_of_dedup_key(self, dedup_key: str, limit: int = 100) -> list[StatusRow]:
+        """The rows whose message key is ``<dedup_key>:<channel>:<event time>``."""
+        pattern = dedup_key.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ":%"
+        with self._db.tx(write=False) as cur:
+            found = self._db.exec(
+                cur,
+                f"SELECT {_COLUMNS} FROM delivery_status WHERE message_key LIKE ? ESCAPE '\\'"
+                " ORDER BY created_ms, message_key LIMIT ?",
+                (pattern, limit * 3),
+            )
+            rows = [StatusRow.from_db(r) for r in found.fetchall()]
+        return [r for r in rows if r.message_key.rsplit(":", 2)[0] == dedup_key][:limit]
+
+    def rows_of_user(self, user_id: str, limit: int = 100) -> list[StatusRow]:
+        """A user's most recent rows, newest first."""
+        with self._db.tx(write=False) as cur:
+            found = self._db.exec(
+                cur,
+                f"SELECT {_COLUMNS} FROM delivery_status WHERE user_id = ?"
+                " ORDER BY created_ms DESC, message_key LIMIT ?",
+                (user_id, limit),
+            )
+            return [StatusRow.from_db(r) for r in found.fetchall()]
 
     def rows(self) -> list[StatusRow]:
         with self._db.tx(write=False) as cur:

@@ -229,3 +229,20 @@ def test_auth_failures_are_permanent_but_keep_the_address(server: FakeHttpProvid
         _send(provider, "unauthorized")
     assert err.value.status_code == 401
     assert err.value.deactivate_address is False
+
+
+@pytest.mark.parametrize(
+    ("body", "reference"),
+    [
+        (b'{"id": "msg-9"}', "msg-9"),
+        (b'{"message_id": 42}', "42"),
+        (b'{"id": true}', None),
+        (b'{"id": ""}', None),
+        (b'{"id": "' + b"x" * 300 + b'"}', None),
+        (b"[1]", None),
+        (b"not json", None),
+        (b"", None),
+    ],
+)
+def test_the_providers_message_id_is_taken_from_its_reply(body: bytes, reference: str | None) -> None:
+    assert HttpProvider._reference(body) == reference

@@ -197,6 +197,9 @@ def test_an_aborted_batch_is_republished_not_resent(store: StatusStore, tmp_path
     assert len(fake.received()) == 1
     sent = [codec.decode("delivery_status", o.value)["status"] for o in again.outputs]
     assert sent == ["sent"] and again.published == first.published
+    # the provider's id of the message is kept, so that its delivery receipt finds it
+    row = store.get(channel_message(2)["message_key"])
+    assert row is not None and (row.provider, row.provider_ref) == (fake.name, f"{fake.name}-1")
 
 
 def test_undecodable_records_are_dead_lettered_addressless_ones_skipped(store: StatusStore, tmp_path: Path) -> None:
@@ -286,3 +289,45 @@ def test_a_deferral_waits_in_the_delay_topic_and_a_replay_before_its_time_waits_
     assert [codec.decode("delivery_status", o.value)["status"] for o in due.outputs] == ["sending", "sent"]
     [call] = fake.received()
     assert call.message is not None and call.message.fields()["text"] == "Eid sale: 20% off. Reply STOP to opt out."
+
+
+def test_a_receipt_moves_sent_to_delivered_once_by_the_providers_message_id(store: StatusStore) -> None:
+    _claim(store)
+    assert _finish(store, now=1100, provider_ref="prov-77")
+    assert store.get("k:sms").provider_ref == "prov-77"  # type: ignore[union-attr]
+    row, changed = store.apply_receipt("p", "prov-77", DeliveryStatus.DELIVERED, None, now_ms=2000)
+    assert changed and row is not None and (row.message_key, row.status) == ("k:sms", DeliveryStatus.DELIVERED)
+    row, changed = store.apply_receipt("p", "prov-77", DeliveryStatus.DELIVERED, None, now_ms=2100)
+    assert not changed and row is not None and row.status is DeliveryStatus.DELIVERED
+    stored = store.get("k:sms")
+    assert stored is not None and (stored.status, stored.updated_ms) == (DeliveryStatus.DELIVERED, 2000)
+    # another provider's id, or an unknown one, finds nothing
+    assert store.apply_receipt("other", "prov-77", DeliveryStatus.FAILED, "bounced", now_ms=2200) == (None, False)
+    assert store.apply_receipt("p", "prov-78", DeliveryStatus.FAILED, "bounced", now_ms=2200) == (None, False)
+
+
+def test_a_bounce_fails_a_sent_message_and_a_late_delivered_changes_nothing(store: StatusStore) -> None:
+    _claim(store)
+    _finish(store, now=1100, provider_ref="prov-9")
+    row, changed = store.apply_receipt("p", "prov-9", DeliveryStatus.FAILED, "bounced", now_ms=2000)
+    assert changed and row is not None and (row.status, row.reason) == (DeliveryStatus.FAILED, "bounced")
+    assert store.apply_receipt("p", "prov-9", DeliveryStatus.DELIVERED, None, now_ms=2100)[1] is False
+    assert store.get("k:sms").status is DeliveryStatus.FAILED  # type: ignore[union-attr]
+
+
+def test_a_receipt_before_the_send_is_recorded_changes_nothing(store: StatusStore) -> None:
+    _claim(store)  # sending: the provider's id is not known yet
+    assert store.apply_receipt("p", "prov-1", DeliveryStatus.DELIVERED, None, now_ms=1050) == (None, False)
+
+
+def test_the_rows_of_a_notification_a_dedup_key_and_a_user(store: StatusStore) -> None:
+    for key, nid, user in (
+        ("a_b:1:sms:5", "n-1", "u1"), ("a_b:1:push:5", "n-1", "u1"), ("aXb:1:sms:5", "n-2", "u1"),
+        ("a_b:1:x:sms:5", "n-3", "u2"),
+    ):
+        store.claim(message_key=key, notification_id=nid, channel=SMS, lane=NORMAL, attempt=1, now_ms=1000,
+                    lease_ms=500, owner="w", user_id=user)
+    assert sorted(r.message_key for r in store.rows_of_notification("n-1")) == ["a_b:1:push:5", "a_b:1:sms:5"]
+    # LIKE's wildcards in the key are literal, and a longer key sharing the prefix is not this one
+    assert sorted(r.message_key for r in store.rows_of_dedup_key("a_b:1")) == ["a_b:1:push:5", "a_b:1:sms:5"]
+    assert sorted(r.notification_id for r in store.rows_of_user("u1")) == ["n-1", "n-1", "n-2"]

@@ -1,0 +1,190 @@
+"""A notification request checked before it is written (pure): the Idempotency-Key, the template
+(known, allowed for the caller, its kind), the channels, every parameter the template's version
+at the event time needs, and the job's own field rules and input limits (operators.codec,
+operators.limits), so nothing the API accepts is invalid downstream. Then what the user's profile
+says now: the channels that have an address, and why the others do not."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+from api.errors import ApiError, bad_request, forbidden
+from api.models import NotificationIn
+from api.tokens import Caller
+from operators import codec
+from operators.errors import InvalidRecordError
+from operators.limits import RequestLimits, field_problem, request_problem
+from operators.records import Category, Channel, NotificationRequest, Priority
+from senders.store.profiles import ProfileRead
+from senders.templates.catalog import Catalog, Template
+from senders.templates.errors import NoVersion
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """A request to write: the record, its bytes, and what the answer will say of the channels."""
+
+    request: NotificationRequest
+    encoded: bytes
+    kind: Category
+
+
+def event_time_ms(value: datetime | int | None, now_ms: int, field: str = "event_time") -> int:
+    if value is None:
+        return now_ms
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise bad_request(f"{field}: an ISO-8601 time needs an offset (Z or +06:00)")
+        return int(value.timestamp() * 1000)
+    if not -(2**62) < value < 2**62:
+        raise bad_request(f"{field}: out of range")
+    return value
+
+
+def check_key(key: str | None, limits: RequestLimits, header: str = "Idempotency-Key") -> str:
+    """The Idempotency-Key, which becomes the request's dedup key."""
+    if key is None or not key.strip():
+        raise bad_request(f"the {header} header is required: it becomes the request's dedup_key",
+                          code="missing_idempotency_key")
+    if not key.isprintable():
+        raise bad_request(f"the {header} header must be printable text", code="invalid_idempotency_key")
+    problem = field_problem("dedup_key", key, limits)
+    if problem:
+        raise bad_request(f"{header}: {problem}", code="invalid_idempotency_key")
+    return key
+
+
+def template_for(catalog: Catalog, name: str, caller: Caller) -> Template:
+    """The template, if it exists and the caller may send it and its kind."""
+    template = catalog.templates.get(name)
+    if template is None:
+        raise bad_request(f"unknown template {name!r}", code="unknown_template")
+    if not caller.may_send_template(template.name):
+        raise forbidden(f"caller {caller.name} may not send template {template.name}")
+    if not caller.may_send_kind(template.kind):
+        raise forbidden(
+            f"template {template.name} is {template.kind.value}; caller {caller.name} may send"
+            f" {', '.join(sorted(c.value for c in caller.categories))} only"
+        )
+    return template
+
+
+def required_parameters(template: Template, channels: tuple[Channel, ...], at_ms: int) -> frozenset[str]:
+    """What the version of ``at_ms`` needs for these channels, in any locale it may be rendered in."""
+    try:
+        version = template.version_at(at_ms)
+    except NoVersion as exc:
+        raise bad_request(str(exc), code="no_version") from None
+    needed: set[str] = set()
+    for bodies in version.bodies.values():
+        for channel in channels:
+            if channel in bodies:
+                needed |= bodies[channel].parameters
+    return frozenset(needed)
+
+
+def check_message(
+    template: Template,
+    channels_asked: list[Channel] | None,
+    params: dict[str, str],
+    at_ms: int,
+    priority: Priority,
+) -> tuple[Channel, ...]:
+    """The channels to send on; every parameter present; a marketing message on the normal lane."""
+    channels = tuple(dict.fromkeys(channels_asked)) if channels_asked else template.channels
+    unsupported = [c.value for c in channels if c not in template.channels]
+    if unsupported:
+        raise bad_request(
+            f"template {template.name} has no {', '.join(unsupported)} body (it has"
+            f" {', '.join(c.value for c in template.channels)})",
+            code="unsupported_channel",
+        )
+    if template.kind is Category.MARKETING and priority is Priority.HIGH:
+        raise bad_request("a marketing notification goes on the normal lane: priority high is for"
+                          " transactional ones", code="invalid_priority")
+    missing = sorted(required_parameters(template, channels, at_ms) - params.keys())
+    if missing:
+        raise bad_request(
+            f"template {template.name} needs parameter(s) {', '.join(missing)}", code="missing_parameter",
+            problems=[f"params.{name}: missing" for name in missing],
+        )
+    return channels
+
+
+def build_request(fields: dict[str, object], limits: RequestLimits, now_ms: int) -> tuple[NotificationRequest, bytes]:
+    """The record, by the data contract's rules and the job's limits; ApiError 400 otherwise."""
+    try:
+        request = codec.request_from_fields(fields)
+    except InvalidRecordError as exc:
+        raise bad_request(exc.reason, code="invalid_field") from None
+    encoded = codec.encode_request(request)
+    problem = request_problem(request, encoded, limits, now_ms)
+    if problem:
+        raise bad_request(problem, code="over_limit")
+    return request, encoded
+
+
+def accept(
+    body: NotificationIn,
+    *,
+    caller: Caller,
+    catalog: Catalog,
+    limits: RequestLimits,
+    dedup_key: str,
+    notification_id: str,
+    now_ms: int,
+) -> Accepted:
+    """The request to write for ``body``, or ApiError (400, 403)."""
+    template = template_for(catalog, body.template, caller)
+    at = event_time_ms(body.event_time, now_ms)
+    channels = check_message(template, body.channels, body.params, at, body.priority)
+    request, encoded = build_request(
+        {
+            "notification_id": notification_id,
+            "user_id": body.user_id,
+            "template_id": template.name,
+            "params": body.params,
+            "channels": [c.value for c in channels],
+            "priority": body.priority.value,
+            "category": template.kind.value,
+            "event_time": at,
+            "dedup_key": dedup_key,
+            "dedup_ttl_sec": body.dedup_ttl_sec,
+        },
+        limits,
+        now_ms,
+    )
+    return Accepted(request, encoded, template.kind)
+
+
+def channels_now(profile: ProfileRead, channels: tuple[Channel, ...], kind: Category) -> tuple[list[str], list[str]]:
+    """(queued, skipped) as the profile says now: a channel without an active address is
+    skipped, and so is one the user opted out of for marketing."""
+    queued: list[str] = []
+    skipped: list[str] = []
+    for channel in channels:
+        if not profile.contacts.active(channel):
+            skipped.append(f"{channel.value}: no address")
+        elif (
+            kind is Category.MARKETING
+            and profile.preferences is not None
+            and not profile.preferences.marketing.allows(channel)
+        ):
+            skipped.append(f"{channel.value}: opted out")
+        else:
+            queued.append(channel.value)
+    return queued, skipped
+
+
+def fingerprint(caller: Caller, body: NotificationIn) -> str:
+    """What makes two requests with one Idempotency-Key the same request."""
+    document = {"caller": caller.name, "body": body.model_dump(mode="json")}
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def unknown_user(user_id: str) -> ApiError:
+    return ApiError(404, "unknown_user", "no profile for this user: PUT /v1/users/{id}/preferences or contacts first")

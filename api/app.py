@@ -1,0 +1,150 @@
+"""The ASGI application: the routes, the gate (api.gate), JSON errors, health and the support page.
+
+``create_app(factory)`` builds the app; ``factory`` makes the services when the app starts
+(lifespan) and they are stopped when it stops: campaigns after their batch, the verdicts' reader,
+the producer flushed, the store closed. ``create_app()`` alone serves the OpenAPI document.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from importlib import resources
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import HTMLResponse, JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from api import campaign_routes, notifications, users, webhooks
+from api.errors import STORE_UNAVAILABLE, ApiError
+from api.gate import Gate
+from api.models import Health
+from api.services import Services
+from senders.errors import StoreUnavailableError
+from senders.store.db import Database
+
+logger = logging.getLogger(__name__)
+
+TITLE = "notify-dedup API"
+#: the support page runs its own inline script and talks to this origin only
+SUPPORT_CSP = "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'"
+VERSION = "1.0.0"
+
+
+def _problems(exc: RequestValidationError) -> list[str]:
+    """``field.path: message`` per problem, never the rejected input."""
+    out = []
+    for err in exc.errors():
+        loc = [str(p) for p in err.get("loc", ()) if p not in ("body",)]
+        where = ".".join(loc)
+        message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        out.append(f"{where}: {message}" if where else message)
+    return out[:20]
+
+
+def _install_errors(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = _problems(exc)
+        error = ApiError(400, "invalid_request", "the request is not valid: " + "; ".join(problems[:3]),
+                         problems=problems)
+        return JSONResponse(error.body(), status_code=400)
+
+    @app.exception_handler(StoreUnavailableError)
+    async def store_down(_: Request, exc: StoreUnavailableError) -> JSONResponse:
+        logger.warning("the store did not answer: %s", exc)
+        return JSONResponse(STORE_UNAVAILABLE.body(), status_code=503, headers=STORE_UNAVAILABLE.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return JSONResponse({"error": code, "message": str(exc.detail)}, status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document, with the bearer scheme, and 400 (our invalid-request answer) in place
+    of its generic 422 validation error, which this API never gives for that."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    doc = get_openapi(title=TITLE, version=VERSION, routes=app.routes, description=__doc__ or "")
+    components = doc.setdefault("components", {})
+    components.setdefault("securitySchemes", {})["bearer"] = {"type": "http", "scheme": "bearer"}
+    for path, item in doc.get("paths", {}).items():
+        for operation in item.values():
+            responses = operation.get("responses", {})
+            generic = responses.get("422", {}).get("content", {}).get("application/json", {}).get("schema", {})
+            if generic.get("$ref", "").endswith("/HTTPValidationError"):
+                del responses["422"]
+            if path.startswith("/v1/"):
+                operation["security"] = [{"bearer": []}]
+    for name in ("HTTPValidationError", "ValidationError"):
+        components.get("schemas", {}).pop(name, None)
+    app.openapi_schema = doc
+    return doc
+
+
+def _ping(db: Database) -> None:
+    with db.tx(write=False) as cur:
+        db.exec(cur, "SELECT 1").fetchone()
+
+
+def create_app(factory: Callable[[], Services] | None = None) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if factory is None:
+            yield
+            return
+        svc = factory()
+        app.state.services = svc
+        svc.start()
+        logger.info("the API is ready")
+        try:
+            yield
+        finally:
+            logger.info("the API is stopping: campaigns, verdicts, the producer (flush), the store")
+            svc.stop()
+
+    app = FastAPI(title=TITLE, version=VERSION, lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.services = None
+    _install_errors(app)
+    for module in (notifications, users, webhooks, campaign_routes):
+        app.include_router(module.router)
+
+    @app.get("/healthz", response_model=Health, summary="Liveness: the process answers")
+    async def healthz() -> Health:
+        return Health(status="ok")
+
+    @app.get("/readyz", response_model=Health, responses={503: {"model": Health, "description": "not ready"}},
+             summary="Readiness for a load balancer: started, Kafka and the store answer")
+    async def readyz(request: Request) -> JSONResponse:
+        svc: Services | None = request.app.state.services
+        checks = {"started": "ok" if svc is not None and svc.ready else "no"}
+        if svc is not None:
+            kafka_ok = await svc.pool.run(lambda _db: svc.producer.reachable(svc.cfg.topics.requests))
+            checks["kafka"] = "ok" if kafka_ok else "unreachable"
+            try:
+                await svc.pool.run(_ping)
+                checks["store"] = "ok"
+            except StoreUnavailableError:
+                checks["store"] = "unavailable"
+        ok = all(v == "ok" for v in checks.values())
+        return JSONResponse(Health(status="ok" if ok else "unavailable", checks=checks).model_dump(),
+                            status_code=200 if ok else 503)
+
+    @app.get("/support", response_class=HTMLResponse, include_in_schema=False)
+    async def support() -> HTMLResponse:
+        page = resources.files("api").joinpath("support.html").read_text(encoding="utf-8")
+        return HTMLResponse(page, headers={"Content-Security-Policy": SUPPORT_CSP, "Cache-Control": "no-store"})
+
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    app.add_middleware(Gate)  # type: ignore[arg-type]
+    return app

@@ -1,0 +1,50 @@
+"""The API's errors: a status, a short machine code, a message fit for the caller (never a
+param's value, an address or a secret), and the problems of an invalid body."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+
+class ApiError(Exception):
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        problems: Sequence[str] = (),
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.problems = list(problems)
+        self.headers = dict(headers or {})
+
+    def body(self) -> dict[str, object]:
+        out: dict[str, object] = {"error": self.code, "message": self.message}
+        if self.problems:
+            out["problems"] = self.problems
+        return out
+
+
+def bad_request(message: str, code: str = "invalid_request", problems: Sequence[str] = ()) -> ApiError:
+    return ApiError(400, code, message, problems=problems)
+
+
+def not_found(message: str, code: str = "not_found") -> ApiError:
+    return ApiError(404, code, message)
+
+
+def forbidden(message: str) -> ApiError:
+    return ApiError(403, "forbidden", message)
+
+
+UNAUTHORIZED = ApiError(
+    401, "unauthorized", "a valid bearer token is required", headers={"WWW-Authenticate": 'Bearer realm="notify"'}
+)
+STORE_UNAVAILABLE = ApiError(503, "store_unavailable", "the status store did not answer; try again", headers={
+    "Retry-After": "1"
+})

@@ -1,0 +1,106 @@
+"""The API's Kafka producer: idempotent, ``acks=all``, a record's answer awaited in async code.
+
+librdkafka reports each record's fate to a callback run by ``poll``; a thread polls, and the
+callback hands the result to the waiting request's event loop. A record not acknowledged within
+``ack_timeout_ms`` is answered 503 (``message.timeout.ms`` is the same, so librdkafka gives up on
+it too: the caller's retry, with the same Idempotency-Key, is the one to count on, and a record
+that did arrive after all is a duplicate the dedup job suppresses).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+logger = logging.getLogger(__name__)
+
+
+class NotAcknowledged(Exception):
+    """Kafka did not take the record in time (or refused it); ``reason`` is fit for logs."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    topic: str
+    partition: int
+    offset: int
+
+
+class RequestProducer:
+    def __init__(self, client_config: Mapping[str, str], *, ack_timeout_ms: int, linger_ms: int = 1) -> None:
+        self.ack_timeout_s = ack_timeout_ms / 1000
+        self._producer = Producer({
+            **client_config,
+            "enable.idempotence": "true",
+            "acks": "all",
+            "linger.ms": str(linger_ms),
+            "message.timeout.ms": str(ack_timeout_ms),
+            "client.id": "notify-api",
+        })
+        self._running = True
+        self._thread = threading.Thread(target=self._poll, name="api-producer-poll", daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while self._running:
+            try:
+                self._producer.poll(0.05)
+            except Exception:  # noqa: BLE001 - a callback's bug must not stop delivery reports
+                logger.exception("the producer's delivery reports failed")
+
+    async def write(self, topic: str, key: bytes | None, value: bytes) -> Written:
+        """Write one record and wait for Kafka's acknowledgement; raises NotAcknowledged."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Written] = loop.create_future()
+
+        def settle(err: KafkaError | None, msg: Any) -> None:
+            def apply() -> None:
+                if future.done():
+                    return
+                if err is not None:
+                    future.set_exception(NotAcknowledged(f"Kafka refused the record: {err.name()}"))
+                else:
+                    future.set_result(Written(msg.topic(), msg.partition(), msg.offset()))
+
+            loop.call_soon_threadsafe(apply)
+
+        try:
+            self._producer.produce(topic, key=key, value=value, on_delivery=settle)
+        except BufferError:
+            raise NotAcknowledged("the producer's queue is full") from None
+        except KafkaException as exc:
+            raise NotAcknowledged(f"Kafka refused the record: {exc.args[0].name()}") from None
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), self.ack_timeout_s)
+        except TimeoutError:
+            raise NotAcknowledged(f"no acknowledgement within {self.ack_timeout_s:g} s") from None
+
+    def reachable(self, topic: str, timeout_s: float = 2.0) -> bool:
+        """Whether the brokers answer and know the topic (readiness)."""
+        try:
+            metadata = self._producer.list_topics(topic, timeout=timeout_s)
+        except KafkaException:
+            return False
+        found = metadata.topics.get(topic)
+        return found is not None and found.error is None
+
+    def close(self, timeout_s: float) -> int:
+        """Deliver what is queued (up to ``timeout_s``), then stop; returns the records left."""
+        deadline = time.monotonic() + timeout_s
+        left = self._producer.flush(max(0.0, timeout_s))
+        self._running = False
+        self._thread.join(max(0.1, deadline - time.monotonic()))
+        if left:
+            logger.warning("%d records were not delivered before the shutdown", left)
+        return int(left)

@@ -1,0 +1,311 @@
+"""The API's records in the store: idempotency keys, the requests it wrote, the job's verdicts on
+them, delivery receipts; each function is one transaction on one connection (``api.pool``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from senders.store.db import Database
+
+
+class Reservation(StrEnum):
+    NEW = "new"  # the key is ours: write the request
+    REPLAY = "replay"  # the same request was answered before: give that answer
+    OTHER_BODY = "other_body"  # the key was used with another request
+    IN_PROGRESS = "in_progress"  # the same request is being written right now
+
+
+@dataclass(frozen=True, slots=True)
+class Reserved:
+    outcome: Reservation
+    answer: dict[str, Any] | None = None
+
+
+def reserve_key(
+    db: Database, key: str, fingerprint: str, notification_id: str, user_id: str, now_ms: int, ttl_ms: int,
+    stale_ms: int,
+) -> Reserved:
+    """Take an Idempotency-Key for a request, or say why not. A key expired, or held by a request
+    that died before it was written (older than ``stale_ms``), is taken over."""
+    with db.tx() as cur:
+        inserted = db.exec(
+            cur,
+            "INSERT INTO api_idempotency (idem_key, fingerprint, state, notification_id, user_id, created_ms,"
+            " expires_ms) VALUES (?, ?, 'pending', ?, ?, ?, ?) ON CONFLICT (idem_key) DO NOTHING",
+            (key, fingerprint, notification_id, user_id, now_ms, now_ms + ttl_ms),
+        ).rowcount
+        if inserted == 1:
+            return Reserved(Reservation.NEW)
+        row = db.exec(
+            cur,
+            f"SELECT fingerprint, state, answer, created_ms, expires_ms FROM api_idempotency WHERE idem_key = ?"
+            f"{db.for_update}",
+            (key,),
+        ).fetchone()
+        held, state, answer, created, expires = row
+        live = int(expires) > now_ms and not (state == "pending" and int(created) + stale_ms <= now_ms)
+        if live and held != fingerprint:
+            return Reserved(Reservation.OTHER_BODY)
+        if live and state == "done":
+            return Reserved(Reservation.REPLAY, json.loads(answer))
+        if live:
+            return Reserved(Reservation.IN_PROGRESS)
+        db.exec(
+            cur,
+            "UPDATE api_idempotency SET fingerprint = ?, state = 'pending', notification_id = ?, user_id = ?,"
+            " answer = NULL, created_ms = ?, expires_ms = ? WHERE idem_key = ?",
+            (fingerprint, notification_id, user_id, now_ms, now_ms + ttl_ms, key),
+        )
+        return Reserved(Reservation.NEW)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    notification_id: str
+    dedup_key: str
+    user_id: str
+    template: str
+    channels: tuple[str, ...]
+    priority: str
+    caller: str
+    event_time_ms: int
+    accepted_ms: int
+    partition: int
+    offset: int
+
+    @classmethod
+    def from_db(cls, row: Sequence[Any]) -> RequestRecord:
+        return cls(row[0], row[1], row[2], row[3], tuple(row[4].split(",")), row[5], row[6], int(row[7]),
+                   int(row[8]), int(row[9]), int(row[10]))
+
+
+_REQUEST_COLUMNS = (
+    "notification_id, dedup_key, user_id, template, channels, priority, caller, event_time_ms, accepted_ms,"
+    " kafka_partition, kafka_offset"
+)
+
+
+def complete_key(db: Database, key: str, answer: dict[str, Any], record: RequestRecord) -> None:
+    """The request is in Kafka: its answer is kept for the key, and the record for its status."""
+    complete_keys(db, [(key, answer, record)])
+
+
+def complete_keys(db: Database, done: Sequence[tuple[str, dict[str, Any], RequestRecord]]) -> None:
+    """Several requests in Kafka, in one transaction."""
+    with db.tx() as cur:
+        cur.executemany(
+            db.sql("UPDATE api_idempotency SET state = 'done', answer = ? WHERE idem_key = ? AND notification_id = ?"),
+            [(json.dumps(answer, sort_keys=True), key, record.notification_id) for key, answer, record in done],
+        )
+        for _, _, record in done:
+            insert_request(db, cur, record)
+
+
+def insert_request(db: Database, cur: Any, record: RequestRecord) -> None:
+    db.exec(
+        cur,
+        f"INSERT INTO api_request ({_REQUEST_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (notification_id) DO NOTHING",
+        (
+            record.notification_id, record.dedup_key, record.user_id, record.template, ",".join(record.channels),
+            record.priority, record.caller, record.event_time_ms, record.accepted_ms, record.partition,
+            record.offset,
+        ),
+    )
+
+
+def release_key(db: Database, key: str, notification_id: str) -> None:
+    """The request was not written: the key is free for the caller's retry."""
+    with db.tx() as cur:
+        db.exec(
+            cur,
+            "DELETE FROM api_idempotency WHERE idem_key = ? AND notification_id = ? AND state = 'pending'",
+            (key, notification_id),
+        )
+
+
+def request_by_id(db: Database, notification_id: str) -> RequestRecord | None:
+    with db.tx(write=False) as cur:
+        row = db.exec(
+            cur, f"SELECT {_REQUEST_COLUMNS} FROM api_request WHERE notification_id = ?", (notification_id,)
+        ).fetchone()
+    return RequestRecord.from_db(row) if row else None
+
+
+def requests_by_key(db: Database, dedup_key: str, limit: int = 20) -> list[RequestRecord]:
+    """The requests written with this dedup key, the first first."""
+    with db.tx(write=False) as cur:
+        rows = db.exec(
+            cur,
+            f"SELECT {_REQUEST_COLUMNS} FROM api_request WHERE dedup_key = ? ORDER BY accepted_ms, notification_id"
+            " LIMIT ?",
+            (dedup_key, limit),
+        ).fetchall()
+    return [RequestRecord.from_db(r) for r in rows]
+
+
+def requests_of_user(db: Database, user_id: str, limit: int) -> list[RequestRecord]:
+    with db.tx(write=False) as cur:
+        rows = db.exec(
+            cur,
+            f"SELECT {_REQUEST_COLUMNS} FROM api_request WHERE user_id = ? ORDER BY accepted_ms DESC LIMIT ?",
+            (user_id, limit),
+        ).fetchall()
+    return [RequestRecord.from_db(r) for r in rows]
+
+
+def request_at(db: Database, partition: int, offset: int) -> RequestRecord | None:
+    with db.tx(write=False) as cur:
+        row = db.exec(
+            cur,
+            f"SELECT {_REQUEST_COLUMNS} FROM api_request WHERE kafka_partition = ? AND kafka_offset = ?",
+            (partition, offset),
+        ).fetchone()
+    return RequestRecord.from_db(row) if row else None
+
+
+# -- the job's verdicts ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A verdict of the job other than accepted: duplicate, late or invalid."""
+
+    notification_id: str
+    verdict: str
+    dedup_key: str | None = None
+    user_id: str | None = None
+    original_id: str | None = None
+    occurrence: int | None = None
+    watermark_ms: int | None = None
+    reason: str | None = None
+    at_ms: int = 0
+
+
+_OUTCOME_COLUMNS = "notification_id, verdict, dedup_key, user_id, original_id, occurrence, watermark_ms, reason, at_ms"
+
+
+def record_outcomes(db: Database, outcomes: Iterable[Outcome]) -> int:
+    rows = [
+        (o.notification_id, o.verdict, o.dedup_key, o.user_id, o.original_id, o.occurrence, o.watermark_ms,
+         o.reason, o.at_ms)
+        for o in outcomes
+    ]
+    if not rows:
+        return 0
+    with db.tx() as cur:
+        cur.executemany(
+            db.sql(
+                f"INSERT INTO api_outcome ({_OUTCOME_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (notification_id, verdict) DO NOTHING"
+            ),
+            rows,
+        )
+    return len(rows)
+
+
+def _outcome(row: Sequence[Any]) -> Outcome:
+    return Outcome(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], int(row[8]))
+
+
+def outcomes_of(db: Database, notification_id: str) -> list[Outcome]:
+    with db.tx(write=False) as cur:
+        rows = db.exec(
+            cur, f"SELECT {_OUTCOME_COLUMNS} FROM api_outcome WHERE notification_id = ? ORDER BY at_ms",
+            (notification_id,),
+        ).fetchall()
+    return [_outcome(r) for r in rows]
+
+
+def outcomes_by_key(db: Database, dedup_key: str, limit: int = 20) -> list[Outcome]:
+    with db.tx(write=False) as cur:
+        rows = db.exec(
+            cur, f"SELECT {_OUTCOME_COLUMNS} FROM api_outcome WHERE dedup_key = ? ORDER BY at_ms LIMIT ?",
+            (dedup_key, limit),
+        ).fetchall()
+    return [_outcome(r) for r in rows]
+
+
+# -- receipts --------------------------------------------------------------------------------------
+
+
+def record_receipt(
+    db: Database, provider: str, reference: str, status: str, message_key: str, reason: str | None, now_ms: int
+) -> None:
+    with db.tx() as cur:
+        db.exec(
+            cur,
+            "INSERT INTO api_receipt (provider, provider_ref, status, message_key, reason, received_ms)"
+            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (provider, provider_ref, status) DO NOTHING",
+            (provider, reference, status, message_key, reason, now_ms),
+        )
+
+
+def receipts_of(db: Database, message_keys: Sequence[str]) -> dict[str, list[tuple[str, str | None, int]]]:
+    """message key -> its receipts (status, reason, received ms), oldest first."""
+    if not message_keys:
+        return {}
+    marks = ", ".join("?" * len(message_keys))
+    with db.tx(write=False) as cur:
+        rows = db.exec(
+            cur,
+            f"SELECT message_key, status, reason, received_ms FROM api_receipt WHERE message_key IN ({marks})"
+            " ORDER BY received_ms",
+            tuple(message_keys),
+        ).fetchall()
+    out: dict[str, list[tuple[str, str | None, int]]] = {}
+    for key, status, reason, at in rows:
+        out.setdefault(key, []).append((status, reason, int(at)))
+    return out
+
+
+# -- erasure and retention -------------------------------------------------------------------------
+
+
+def erase_user(db: Database, user_id: str) -> int:
+    """The API's records of a user: requests, idempotency keys, verdicts, receipts of the user's
+    messages. Returns the requests removed. (The profile, contacts and statuses: ProfileStore.erase.)"""
+    with db.tx() as cur:
+        db.exec(
+            cur,
+            "DELETE FROM api_receipt WHERE message_key IN (SELECT message_key FROM delivery_status WHERE user_id = ?)",
+            (user_id,),
+        )
+        db.exec(
+            cur,
+            "DELETE FROM api_outcome WHERE user_id = ? OR notification_id IN"
+            " (SELECT notification_id FROM api_request WHERE user_id = ?)",
+            (user_id, user_id),
+        )
+        db.exec(cur, "DELETE FROM api_idempotency WHERE user_id = ?", (user_id,))
+        removed = db.exec(cur, "DELETE FROM api_request WHERE user_id = ?", (user_id,)).rowcount
+    return max(0, int(removed))
+
+
+def prune(db: Database, now_ms: int, retention_ms: int, batch: int = 1000) -> int:
+    """Drop idempotency keys past their time, and requests, verdicts and receipts older than the
+    status store's retention; batches, each its own transaction."""
+    cutoff = now_ms - retention_ms
+    statements = (
+        ("DELETE FROM api_idempotency WHERE idem_key IN (SELECT idem_key FROM api_idempotency"
+         " WHERE expires_ms <= ? LIMIT ?)", (now_ms, batch)),
+        ("DELETE FROM api_request WHERE notification_id IN (SELECT notification_id FROM api_request"
+         " WHERE accepted_ms < ? LIMIT ?)", (cutoff, batch)),
+        ("DELETE FROM api_outcome WHERE (notification_id, verdict) IN (SELECT notification_id, verdict"
+         " FROM api_outcome WHERE at_ms < ? LIMIT ?)", (cutoff, batch)),
+        ("DELETE FROM api_receipt WHERE (provider, provider_ref, status) IN (SELECT provider, provider_ref,"
+         " status FROM api_receipt WHERE received_ms < ? LIMIT ?)", (cutoff, batch)),
+    )
+    dropped = 0
+    for text, params in statements:
+        while True:
+            with db.tx() as cur:
+                n = max(0, int(db.exec(cur, text, params).rowcount))
+            dropped += n
+            if n < batch:
+                break
+    return dropped

@@ -1,0 +1,95 @@
+"""The API's tables, in the senders' status store database (``senders.store.db``)."""
+
+from __future__ import annotations
+
+SCHEMA = (
+    # bearer tokens: only the SHA-256 of a token is kept
+    """CREATE TABLE IF NOT EXISTS api_token (
+        token_hash TEXT PRIMARY KEY,
+        caller TEXT NOT NULL,
+        categories TEXT NOT NULL,
+        templates TEXT NOT NULL,
+        rate_per_sec DOUBLE PRECISION,
+        created_ms BIGINT NOT NULL,
+        revoked INTEGER NOT NULL DEFAULT 0
+    )""",
+    # Idempotency-Key -> the first request's fingerprint and answer, for a bounded time
+    """CREATE TABLE IF NOT EXISTS api_idempotency (
+        idem_key TEXT PRIMARY KEY,
+        fingerprint TEXT NOT NULL,
+        state TEXT NOT NULL,
+        notification_id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        answer TEXT,
+        created_ms BIGINT NOT NULL,
+        expires_ms BIGINT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS api_idempotency_by_expiry ON api_idempotency (expires_ms)",
+    "CREATE INDEX IF NOT EXISTS api_idempotency_by_user ON api_idempotency (user_id)",
+    # each request the API wrote to Kafka, and where
+    """CREATE TABLE IF NOT EXISTS api_request (
+        notification_id TEXT PRIMARY KEY,
+        dedup_key TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        template TEXT NOT NULL,
+        channels TEXT NOT NULL,
+        priority TEXT NOT NULL,
+        caller TEXT NOT NULL,
+        event_time_ms BIGINT NOT NULL,
+        accepted_ms BIGINT NOT NULL,
+        kafka_partition INTEGER NOT NULL,
+        kafka_offset BIGINT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS api_request_by_key ON api_request (dedup_key)",
+    "CREATE INDEX IF NOT EXISTS api_request_by_user ON api_request (user_id, accepted_ms)",
+    "CREATE INDEX IF NOT EXISTS api_request_by_position ON api_request (kafka_partition, kafka_offset)",
+    "CREATE INDEX IF NOT EXISTS api_request_by_age ON api_request (accepted_ms)",
+    # the job's verdicts other than accepted: duplicate (of which original), late, invalid
+    """CREATE TABLE IF NOT EXISTS api_outcome (
+        notification_id TEXT NOT NULL,
+        verdict TEXT NOT NULL,
+        dedup_key TEXT,
+        user_id TEXT,
+        original_id TEXT,
+        occurrence INTEGER,
+        watermark_ms BIGINT,
+        reason TEXT,
+        at_ms BIGINT NOT NULL,
+        PRIMARY KEY (notification_id, verdict)
+    )""",
+    "CREATE INDEX IF NOT EXISTS api_outcome_by_key ON api_outcome (dedup_key)",
+    "CREATE INDEX IF NOT EXISTS api_outcome_by_age ON api_outcome (at_ms)",
+    # delivery receipts as they came (a receipt twice is one row)
+    """CREATE TABLE IF NOT EXISTS api_receipt (
+        provider TEXT NOT NULL,
+        provider_ref TEXT NOT NULL,
+        status TEXT NOT NULL,
+        message_key TEXT NOT NULL,
+        reason TEXT,
+        received_ms BIGINT NOT NULL,
+        PRIMARY KEY (provider, provider_ref, status)
+    )""",
+    "CREATE INDEX IF NOT EXISTS api_receipt_by_message ON api_receipt (message_key)",
+    # campaigns: the definition, the segment in order, the progress (its source of truth is the
+    # campaigns topic, written in each batch's transaction; ``written`` follows it)
+    """CREATE TABLE IF NOT EXISTS api_campaign (
+        campaign_id TEXT PRIMARY KEY,
+        caller TEXT NOT NULL,
+        template TEXT NOT NULL,
+        params TEXT NOT NULL,
+        channels TEXT NOT NULL,
+        rate_per_sec DOUBLE PRECISION NOT NULL,
+        send_at_ms BIGINT NOT NULL,
+        state TEXT NOT NULL,
+        total INTEGER NOT NULL,
+        written INTEGER NOT NULL,
+        created_ms BIGINT NOT NULL,
+        updated_ms BIGINT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS api_campaign_user (
+        campaign_id TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        user_id TEXT NOT NULL,
+        PRIMARY KEY (campaign_id, position)
+    )""",
+)

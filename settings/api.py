@@ -1,0 +1,108 @@
+"""The ``[api]`` section: the HTTP front door (``dedupctl api run``).
+
+The API keeps its own tables (tokens, idempotency keys, the requests it accepted, the job's
+verdicts on them, campaigns) in the senders' status store (``senders.status_store``): it reads the
+statuses and profiles there.
+"""
+
+from __future__ import annotations
+
+from pydantic import field_validator
+
+from settings.base import OptionalSecret, Section
+
+
+class ApiSettings(Section):
+    """The HTTP API.
+
+    :param host: the address ``api run`` listens on
+    :param port: its port
+    :param max_body_bytes: the largest request body of every endpoint but campaigns (413 past it)
+    :param max_campaign_body_bytes: the largest body of ``POST /v1/campaigns`` (an inline segment)
+    :param max_campaign_users: the most users one campaign may have
+    :param ack_timeout_ms: how long a request waits for Kafka to acknowledge its record (acks=all);
+        past it the answer is 503 and the caller retries with the same Idempotency-Key
+    :param idempotency_ttl_s: how long an Idempotency-Key is remembered: a repeat within it gets
+        the first answer; after it the key may be sent again (the dedup job still catches a repeat
+        within its window)
+    :param default_rate_per_sec: notifications per second a caller may send when its token names
+        no rate (429 past it, with Retry-After); per API process
+    :param token_cache_ttl_ms: a verified token is trusted this long without reading the store
+        again (a revoked token is refused within it)
+    :param webhook_secrets: the delivery receipts' HMAC secrets, ``provider=secret`` pairs
+        separated by ``;`` (the provider as the senders name it: a URL's host[:port]); a secret
+    :param webhook_tolerance_s: a receipt whose timestamp is further than this from the clock is
+        refused (the replay window)
+    :param campaigns_topic: the campaigns' progress (a compacted topic of one partition), written
+        in the same Kafka transaction as each batch of a campaign's requests
+    :param transactional_id_prefix: a campaign's producer is ``<prefix>.<campaign id>``
+    :param campaign_batch_ms: a campaign writes one batch (one transaction) per this much time
+    :param outcomes_group: the consumer group that reads the job's duplicate, late and invalid
+        topics into the store, for the status of a notification
+    :param sqlite_synchronous: SQLite ``synchronous`` of the API's connections (NORMAL survives
+        a crash of the process; a lost idempotency record only lets a retry through to the dedup)
+    :param store_threads: connections (and threads) the API uses for a PostgreSQL store (a SQLite
+        store takes one writer at a time: one)
+    :param prune_interval_s: how often expired idempotency keys and old records are dropped
+    :param shutdown_timeout_s: on SIGTERM, how long requests in flight may finish and the Kafka
+        producer may flush
+    :param segments_dir: where a campaign's ``segment_file`` is read from (a name, never a path;
+        empty: segment files are refused)
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    max_body_bytes: int = 64 * 1024
+    max_campaign_body_bytes: int = 4 * 1024 * 1024
+    max_campaign_users: int = 100_000
+    ack_timeout_ms: int = 5_000
+    idempotency_ttl_s: int = 86_400
+    default_rate_per_sec: float = 100.0
+    token_cache_ttl_ms: int = 30_000
+    webhook_secrets: OptionalSecret = None
+    webhook_tolerance_s: int = 300
+    campaigns_topic: str = "notifications.campaigns"
+    transactional_id_prefix: str = "notify-api"
+    campaign_batch_ms: int = 100
+    outcomes_group: str = "notify-api-outcomes"
+    sqlite_synchronous: str = "NORMAL"
+    store_threads: int = 4
+    prune_interval_s: int = 60
+    shutdown_timeout_s: float = 10.0
+    segments_dir: str = ""
+
+    @field_validator("port")
+    @classmethod
+    def _port(cls, value: int) -> int:
+        if not 0 < value < 65_536:
+            raise ValueError("must be a TCP port, 1 to 65535")
+        return value
+
+    @field_validator(
+        "max_body_bytes", "max_campaign_body_bytes", "max_campaign_users", "ack_timeout_ms", "idempotency_ttl_s",
+        "token_cache_ttl_ms", "webhook_tolerance_s", "campaign_batch_ms", "store_threads", "prune_interval_s",
+    )
+    @classmethod
+    def _positive(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("must be at least 1")
+        return value
+
+    @field_validator("default_rate_per_sec", "shutdown_timeout_s")
+    @classmethod
+    def _positive_float(cls, value: float) -> float:
+        if not value > 0:
+            raise ValueError("must be positive")
+        return value
+
+    def webhook_secret_map(self) -> dict[str, bytes]:
+        """provider -> its receipts' secret; a ConfigError-worthy entry raises ValueError (no value quoted)."""
+        if self.webhook_secrets is None:
+            return {}
+        out: dict[str, bytes] = {}
+        for n, entry in enumerate(e for e in self.webhook_secrets.get_secret_value().split(";") if e.strip()):
+            provider, sep, secret = entry.partition("=")
+            if not sep or not provider.strip() or not secret.strip():
+                raise ValueError(f"api.webhook_secrets: entry {n + 1} is not provider=secret")
+            out[provider.strip()] = secret.strip().encode("utf-8")
+        return out

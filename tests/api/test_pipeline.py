@@ -1,0 +1,274 @@
+"""The API in front of the real pipeline: its own process (``dedupctl api run``), the session's
+broker, the dedup job on the mini-cluster and the sender workers with an HTTP provider (a local
+fake: the one thing outside the machine). One of each for the whole module.
+
+The job runs with ``dedup.max_field_bytes = 100`` while the API checks 512: a request the API
+takes with a 200-byte key is then invalid downstream, so ``GET`` can be seen to say so.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from jobs.runner import run_job
+from operators import codec
+from operators.records import Category, Channel, NotificationRequest
+from ops import kafka_io
+from senders.runtime.pool import build_pool
+from senders.statuses import Lane
+from settings import Settings
+from tests.api.conftest import RunningApi, api_settings, signed
+from tests.senders.conftest import address_of, read_records, register_users, wait_until
+from tests.senders.fake_http import FakeHttpProvider
+
+pytestmark = pytest.mark.integration
+
+USERS = ["nusrat", "bruno", "chen"]
+
+
+@dataclass
+class Pipeline:
+    api: RunningApi
+    cfg: Settings
+    fake: FakeHttpProvider
+    provider: str  # the senders' name of the HTTP provider (its host:port)
+    sender: str  # a transactional caller's token
+    bootstrap: str
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        return self.api.client(token if token is not None else self.sender)
+
+    def status(self, ident: str) -> dict:  # type: ignore[type-arg]
+        reply = self.client().get(f"/v1/notifications/{ident}")
+        assert reply.status_code == 200, reply.text
+        return reply.json()  # type: ignore[no-any-return]
+
+    def verdict(self, ident: str) -> str | None:
+        reply = self.client().get(f"/v1/notifications/{ident}")
+        return str(reply.json()["verdict"]) if reply.status_code == 200 else None
+
+    def requests(self) -> list[dict]:  # type: ignore[type-arg]
+        return read_records(self.bootstrap, self.cfg.topics.requests, "notification_request")
+
+
+@pytest.fixture(scope="module")
+def pipeline(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
+    root = tmp_path_factory.mktemp("pipeline")
+    fake = FakeHttpProvider().start()
+    provider = fake.url.split("/")[2]
+    cfg = api_settings(
+        kafka_bootstrap, root, senders={"sms_primary": fake.url},
+        api={"webhook_secrets": f"{provider}=whsec-test-3f9a"},
+    )
+    register_users(cfg, USERS, [Channel.SMS])
+    job = run_job(cfg.with_overrides(dedup={"max_field_bytes": 100}), None, detached=True)
+    pool = build_pool(cfg, channels=[Channel.SMS], lanes=[Lane.NORMAL, Lane.PRIORITY]).start()
+    api = RunningApi(cfg, root).start()
+    try:
+        yield Pipeline(api, cfg, fake, provider, api.token("shop"), kafka_bootstrap)
+    finally:
+        api.stop()
+        pool.stop()
+        try:
+            job.cancel().result()  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 - already finished
+            pass
+        fake.stop()
+
+
+def post(p: Pipeline, key: str | None, body: dict, token: str | None = None) -> httpx.Response:  # type: ignore[type-arg]
+    headers = {"Idempotency-Key": key} if key is not None else {}
+    return p.client(token).post("/v1/notifications", json=body, headers=headers)
+
+
+SHIPPED = {"user_id": "nusrat", "template": "order_shipped", "params": {"order": "BD-7790"}, "channels": ["sms"]}
+
+
+def test_a_request_comes_out_on_its_channel_topic_is_sent_and_a_signed_receipt_marks_it_delivered(
+    pipeline: Pipeline,
+) -> None:
+    p = pipeline
+    reply = post(p, "evt-2", {**SHIPPED, "priority": "normal"})
+    assert reply.status_code == 202, reply.text
+    answer = reply.json()
+    nid = answer["id"]
+    assert answer == {"id": nid, "dedup_key": "evt-2", "queued": ["sms"], "skipped": [],
+                      "status_url": f"/v1/notifications/{nid}"}
+    # the request, keyed by user id, and its one channel message
+    [request] = [r for r in p.requests() if r["dedup_key"] == "evt-2"]
+    assert (request["notification_id"], request["user_id"], request["template_id"], request["params"],
+            request["channels"], request["category"]) == (nid, "nusrat", "order_shipped", {"order": "BD-7790"},
+                                                          ["sms"], "transactional")
+    wait_until(lambda: any(m["dedup_key"] == "evt-2" for m in read_records(
+        p.bootstrap, p.cfg.topics.sms, "channel_message", idle_s=0.5)), 60, "the channel message of evt-2")
+    [message] = [m for m in read_records(p.bootstrap, p.cfg.topics.sms, "channel_message") if m["dedup_key"] == "evt-2"]
+    assert message["notification_id"] == nid and message["message_key"].startswith("evt-2:sms:")
+    wait_until(lambda: p.status(nid)["channels"]["sms"]["status"] == "sent", 60, lambda: str(p.status(nid)))
+    status = p.status(nid)
+    sms = status["channels"]["sms"]
+    assert (status["verdict"], status["dedup_key"], status["user_id"], status["template"]) == (
+        "accepted", "evt-2", "nusrat", "order_shipped")
+    assert (sms["attempts"], sms["provider"], sms["template_version"], sms["message_key"]) == (
+        1, p.provider, 2, message["message_key"])
+    [call] = p.fake.to(address_of("nusrat", Channel.SMS))
+    assert call.idempotency_key == message["message_key"]
+    assert call.body["text"] == "Your order BD-7790 is on its way."
+    # the same status by the dedup key
+    assert p.status("evt-2")["id"] == nid
+
+    # the provider's receipt, signed: sent -> delivered, once
+    provider_id = f"msg-{p.fake.requests.index(call) + 1}"
+    raw, headers = signed({"message_id": provider_id, "status": "delivered"})
+    first = p.client(None).post(f"/webhooks/{p.provider}", content=raw, headers=headers)
+    assert first.status_code == 200, first.text
+    assert first.json() == {"message_key": message["message_key"], "status": "delivered", "changed": True}
+    again = p.client(None).post(f"/webhooks/{p.provider}", content=raw, headers=headers)
+    assert again.json() == {"message_key": message["message_key"], "status": "delivered", "changed": False}
+    sms = p.status(nid)["channels"]["sms"]
+    assert sms["status"] == "delivered"
+    assert [(r["status"], r["reason"]) for r in sms["receipts"]] == [("delivered", None)]
+    statuses = read_records(p.bootstrap, p.cfg.senders.status_topic, "delivery_status")
+    assert [s["status"] for s in statuses if s["message_key"] == message["message_key"]] == [
+        "sending", "sent", "delivered"]
+
+
+def test_a_badly_signed_or_stale_receipt_is_refused_and_changes_nothing(pipeline: Pipeline) -> None:
+    p = pipeline
+    nid = post(p, "evt-receipt-2", {**SHIPPED, "user_id": "bruno"}).json()["id"]
+    wait_until(lambda: p.status(nid)["channels"]["sms"]["status"] == "sent", 60, lambda: str(p.status(nid)))
+    [call] = p.fake.to(address_of("bruno", Channel.SMS))
+    provider_id = f"msg-{p.fake.requests.index(call) + 1}"
+    raw, headers = signed({"message_id": provider_id, "status": "delivered"}, secret="not-the-secret")
+    assert p.client(None).post(f"/webhooks/{p.provider}", content=raw, headers=headers).status_code == 401
+    raw, headers = signed({"message_id": provider_id, "status": "delivered"}, at=int(time.time()) - 3600)
+    assert p.client(None).post(f"/webhooks/{p.provider}", content=raw, headers=headers).status_code == 401
+    raw, headers = signed({"message_id": provider_id, "status": "delivered"})
+    tampered = raw.replace(b"delivered", b"failed\x20\x20\x20")
+    assert p.client(None).post(f"/webhooks/{p.provider}", content=tampered, headers=headers).status_code == 401
+    assert p.client(None).post("/webhooks/unknown-provider", content=raw, headers=headers).status_code == 401
+    unsigned = {"Content-Type": "application/json"}
+    assert p.client(None).post(f"/webhooks/{p.provider}", content=raw, headers=unsigned).status_code == 401
+    assert p.status(nid)["channels"]["sms"]["status"] == "sent"
+    raw, headers = signed({"message_id": "msg-nope", "status": "delivered"})
+    assert p.client(None).post(f"/webhooks/{p.provider}", content=raw, headers=headers).status_code == 404
+
+
+def test_the_same_idempotency_key_twice_gives_one_message(pipeline: Pipeline) -> None:
+    p = pipeline
+    body = {**SHIPPED, "user_id": "chen", "params": {"order": "CN-1"}}
+    first = post(p, "evt-twice", body)
+    second = post(p, "evt-twice", body)
+    assert (first.status_code, second.status_code) == (202, 200)
+    assert second.json() == first.json()
+    other = post(p, "evt-twice", {**body, "params": {"order": "CN-2"}})
+    assert other.status_code == 422 and other.json()["error"] == "idempotency_key_reused"
+    nid = first.json()["id"]
+    wait_until(lambda: p.status(nid)["channels"]["sms"]["status"] == "sent", 60, lambda: str(p.status(nid)))
+    assert [r["notification_id"] for r in p.requests() if r["dedup_key"] == "evt-twice"] == [nid]
+    messages = read_records(p.bootstrap, p.cfg.topics.sms, "channel_message")
+    assert [m["notification_id"] for m in messages if m["dedup_key"] == "evt-twice"] == [nid]
+    assert len([c for c in p.fake.to(address_of("chen", Channel.SMS)) if c.body["text"].find("CN-1") >= 0]) == 1
+
+
+def test_every_error_code(pipeline: Pipeline) -> None:
+    p = pipeline
+    key = f"err-{uuid.uuid4().hex[:6]}"
+
+    def error(reply: httpx.Response) -> tuple[int, str]:
+        return reply.status_code, reply.json()["error"]
+
+    assert error(post(p, key, {**SHIPPED, "template": "no_such"})) == (400, "unknown_template")
+    missing = post(p, key, {**SHIPPED, "params": {}})
+    assert error(missing) == (400, "missing_parameter") and missing.json()["problems"] == ["params.order: missing"]
+    assert error(post(p, key, {**SHIPPED, "priority": "urgent"})) == (400, "invalid_request")
+    assert error(post(p, key, {**SHIPPED, "colour": "red"})) == (400, "invalid_request")
+    assert error(post(p, None, SHIPPED)) == (400, "missing_idempotency_key")
+    assert error(post(p, key, {**SHIPPED, "params": {"order": "x" * 5000}})) == (400, "over_limit")
+    ahead = int(time.time() * 1000) + 3_600_000
+    assert error(post(p, key, {**SHIPPED, "event_time": ahead})) == (400, "over_limit")
+    broken = p.client().post("/v1/notifications", content=b"{not json", headers={
+        "Idempotency-Key": key, "Content-Type": "application/json"})
+    assert error(broken) == (400, "invalid_request")
+    assert error(post(p, key, SHIPPED, token="")) == (401, "unauthorized")
+    assert error(post(p, key, SHIPPED, token="ndk_not-a-token")) == (401, "unauthorized")
+    eid = {"user_id": "nusrat", "template": "eid_sale", "params": {"pct": "20"}}
+    assert error(post(p, key, eid)) == (403, "forbidden")  # a marketing template, a transactional caller
+    only_otp = p.api.token("otp-only", templates=("otp",))
+    assert error(post(p, key, SHIPPED, token=only_otp)) == (403, "forbidden")
+    assert error(post(p, key, {**SHIPPED, "user_id": "nobody"})) == (404, "unknown_user")
+    huge = p.client().post("/v1/notifications", content=b"{" + b" " * 70_000 + b"}", headers={
+        "Idempotency-Key": key, "Content-Type": "application/json"})
+    assert error(huge) == (413, "body_too_large")
+    slow = p.api.token("slow", rate=1)
+    assert post(p, f"{key}-a", SHIPPED, token=slow).status_code == 202
+    limited = post(p, f"{key}-b", SHIPPED, token=slow)
+    assert error(limited) == (429, "rate_limited") and int(limited.headers["Retry-After"]) >= 1
+    # none of them wrote anything but the one the slow caller was allowed
+    assert [r["dedup_key"] for r in p.requests() if r["dedup_key"].startswith(key)] == [f"{key}-a"]
+
+
+def test_kafka_not_acknowledging_is_503_and_the_retry_with_the_same_key_goes_through(
+    pipeline: Pipeline, tmp_path: Path
+) -> None:
+    p = pipeline
+    # the same store and broker, but a requests topic that does not exist: nothing acknowledges
+    cfg = p.cfg.with_overrides(topics={"requests": f"missing-{uuid.uuid4().hex[:6]}"},
+                               api={"port": _free(), "ack_timeout_ms": 1500,
+                                    "outcomes_group": f"o-{uuid.uuid4().hex[:6]}"})
+    down = RunningApi(cfg, tmp_path).start(ready_path="/healthz")
+    try:
+        reply = down.client(p.sender).post("/v1/notifications", json=SHIPPED, headers={"Idempotency-Key": "evt-503"})
+        assert reply.status_code == 503 and reply.json()["error"] == "kafka_unavailable"
+        assert reply.headers["Retry-After"] == "1"
+    finally:
+        down.stop()
+    retry = post(p, "evt-503", SHIPPED)
+    assert retry.status_code == 202
+    assert [r["notification_id"] for r in p.requests() if r["dedup_key"] == "evt-503"] == [retry.json()["id"]]
+
+
+def _free() -> int:
+    from harness.ports import free_port
+
+    return free_port()
+
+
+def test_a_duplicate_names_its_original_and_late_and_invalid_say_so(pipeline: Pipeline) -> None:
+    p = pipeline
+    original = post(p, "evt-dup", {**SHIPPED, "params": {"order": "D-1"}}).json()["id"]
+    # another producer (or a retry the API no longer remembers) writes the same dedup key
+    repeat = NotificationRequest(
+        notification_id="other-producer-1", user_id="nusrat", template_id="order_shipped", channels=(Channel.SMS,),
+        event_time=int(time.time() * 1000), params={"order": "D-1"}, category=Category.TRANSACTIONAL,
+        dedup_key="evt-dup",
+    )
+    prod = kafka_io.producer(p.cfg.kafka.client_config())
+    kafka_io.produce_all(prod, p.cfg.topics.requests, [(b"nusrat", codec.encode_request(repeat))])
+    wait_until(lambda: p.verdict("other-producer-1") == "duplicate", 60,
+               lambda: str(p.client().get("/v1/notifications/other-producer-1").text))
+    dup = p.status("other-producer-1")
+    assert (dup["duplicate_of"], dup["occurrence"], dup["channels"]) == (original, 2, {})
+
+    # the watermark: a request of now through the job, then an idle partition's idleness (5 s)
+    marker = post(p, "evt-marker", {**SHIPPED, "params": {"order": "M-1"}}).json()["id"]
+    wait_until(lambda: p.verdict(marker) == "accepted", 60, lambda: str(p.status(marker)))
+    time.sleep(7)
+    late = post(p, "evt-late", {**SHIPPED, "event_time": int(time.time() * 1000) - 86_400_000}).json()["id"]
+    wait_until(lambda: p.verdict(late) == "late", 60, lambda: str(p.status(late)))
+    seen = p.status(late)
+    assert seen["watermark"] is not None and seen["watermark"] > seen["event_time"] and seen["reason"]
+    assert seen["channels"] == {}
+
+    long_key = "k" * 200  # the API takes 512 bytes; this job only 100
+    invalid = post(p, long_key, SHIPPED)
+    assert invalid.status_code == 202
+    nid = invalid.json()["id"]
+    wait_until(lambda: p.verdict(nid) == "invalid", 60, lambda: str(p.status(nid)))
+    assert p.status(nid)["reason"] == "dedup_key of 200 bytes is over the limit of 100 bytes (dedup.max_field_bytes)"

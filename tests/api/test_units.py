@@ -1,0 +1,133 @@
+"""The API's pure parts and its store functions (SQLite), without Kafka."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from api.accept import channels_now, check_key, check_message, template_for
+from api.errors import ApiError
+from api.ratelimit import CallerLimits
+from api.signing import sign, verify
+from api.store import RequestRecord, Reservation, complete_key, prune, release_key, request_by_id, reserve_key
+from api.tables import SCHEMA
+from api.tokens import Caller, create_token, lookup, token_hash
+from operators.records import Category, Channel, Priority
+from senders.profiles.model import parse_profile
+from senders.store.db import open_database
+from senders.store.profiles import ProfileRead
+from senders.templates.catalog import load_catalog
+from senders.templates.options import TemplateOptions
+from settings import REPO_ROOT, DedupSettings
+
+LIMITS = DedupSettings().request_limits()
+CATALOG = load_catalog(TemplateOptions(directory=str(REPO_ROOT / "templates")))
+SHOP = Caller("shop", frozenset({Category.TRANSACTIONAL}))
+NOW_S = 1_796_115_600
+
+
+def test_a_signature_is_accepted_only_genuine_and_fresh() -> None:
+    body = b'{"message_id":"m1","status":"delivered"}'
+    good = sign(b"s3cret", NOW_S, body)
+    assert verify(b"s3cret", str(NOW_S), good, body, NOW_S + 10, 300) is None
+    assert verify(b"s3cret", str(NOW_S), good, body + b" ", NOW_S, 300) == "bad signature"
+    assert verify(b"other", str(NOW_S), good, body, NOW_S, 300) == "bad signature"
+    assert verify(b"s3cret", str(NOW_S), good, body, NOW_S + 301, 300) == "timestamp outside the replay window"
+    assert verify(b"s3cret", str(NOW_S + 1), good, body, NOW_S, 300) == "bad signature"  # the time is signed
+    assert verify(None, str(NOW_S), good, body, NOW_S, 300) == "no secret for this provider"
+    assert verify(b"s3cret", None, good, body, NOW_S, 300) == "unsigned"
+    assert verify(b"s3cret", "-5", good, body, NOW_S, 300) == "malformed timestamp"
+    assert verify(b"s3cret", str(NOW_S), "sha256=é", body, NOW_S, 300) == "bad signature"
+
+
+def test_the_idempotency_key_is_required_printable_and_within_the_jobs_field_limit() -> None:
+    assert check_key("evt-2", LIMITS) == "evt-2"
+    for bad, code in ((None, "missing_idempotency_key"), (" ", "missing_idempotency_key"),
+                      ("a\x00b", "invalid_idempotency_key"), ("k" * 513, "invalid_idempotency_key")):
+        with pytest.raises(ApiError) as err:
+            check_key(bad, LIMITS)
+        assert (err.value.status, err.value.code) == (400, code)
+
+
+def test_templates_kinds_channels_and_parameters() -> None:
+    with pytest.raises(ApiError) as err:
+        template_for(CATALOG, "eid_sale", SHOP)
+    assert err.value.status == 403
+    with pytest.raises(ApiError) as err:
+        template_for(CATALOG, "order_shipped", Caller("otp", frozenset({Category.TRANSACTIONAL}), frozenset({"otp"})))
+    assert err.value.status == 403
+    marketing = Caller("growth", frozenset({Category.MARKETING}))
+    eid = template_for(CATALOG, "eid_sale", marketing)
+    with pytest.raises(ApiError) as err:
+        check_message(eid, None, {"pct": "20"}, NOW_S * 1000, Priority.HIGH)
+    assert err.value.code == "invalid_priority"
+    shipped = template_for(CATALOG, "order_shipped", SHOP)
+    assert check_message(shipped, [Channel.SMS, Channel.SMS], {"order": "1"}, NOW_S * 1000, Priority.NORMAL) == (
+        Channel.SMS,)
+    with pytest.raises(ApiError) as err:
+        check_message(shipped, None, {}, NOW_S * 1000, Priority.NORMAL)
+    assert (err.value.code, err.value.problems) == ("missing_parameter", ["params.order: missing"])
+
+
+def test_queued_and_skipped_say_what_the_profile_says_now() -> None:
+    profile = parse_profile({"marketing": {"email": False}, "contacts": {"sms": ["+8801711000001"],
+                                                                        "email": ["a@example.com"]}})
+    read = ProfileRead(profile, profile.contacts)
+    everything = (Channel.PUSH, Channel.SMS, Channel.EMAIL)
+    assert channels_now(read, everything, Category.TRANSACTIONAL) == (["sms", "email"], ["push: no address"])
+    assert channels_now(read, everything, Category.MARKETING) == (["sms"], ["push: no address", "email: opted out"])
+
+
+def test_a_callers_rate_gives_retry_after() -> None:
+    now = [0.0]
+    limits = CallerLimits(100.0, clock=lambda: now[0])
+    assert [limits.admit("slow", 2.0) for _ in range(3)] == [None, None, 1]
+    now[0] = 0.5
+    assert limits.admit("slow", 2.0) is None
+    assert limits.admit("other", 2.0) is None  # each caller its own bucket
+
+
+def test_tokens_are_stored_as_hashes_and_idempotency_keys_replay_or_refuse(tmp_path: Path) -> None:
+    db = open_database(str(tmp_path / "s.sqlite3"), synchronous="NORMAL")
+    db.ensure_schema(SCHEMA)
+    token = create_token(db, Caller("shop", frozenset({Category.TRANSACTIONAL}), rate_per_sec=5), 1)
+    with db.tx(write=False) as cur:
+        stored = [r[0] for r in db.exec(cur, "SELECT token_hash FROM api_token").fetchall()]
+    assert stored == [token_hash(token)] and token not in stored
+    assert lookup(db, token) == Caller("shop", frozenset({Category.TRANSACTIONAL}), frozenset(), 5.0)
+    assert lookup(db, token + "x") is None and lookup(db, "not-ours") is None
+
+    now = int(time.time() * 1000)
+    args = dict(now_ms=now, ttl_ms=60_000, stale_ms=10_000)
+    assert reserve_key(db, "k1", "fp1", "n1", "u1", **args).outcome is Reservation.NEW  # type: ignore[arg-type]
+    assert reserve_key(db, "k1", "fp1", "n2", "u1", **args).outcome is Reservation.IN_PROGRESS  # type: ignore[arg-type]
+    assert reserve_key(db, "k1", "fp2", "n2", "u1", **args).outcome is Reservation.OTHER_BODY  # type: ignore[arg-type]
+    complete_key(db, "k1", {"id": "n1"}, RequestRecord("n1", "k1", "u1", "t", ("sms",), "normal", "shop", now, now,
+                                                       0, 7))
+    replay = reserve_key(db, "k1", "fp1", "n3", "u1", **args)  # type: ignore[arg-type]
+    assert (replay.outcome, replay.answer) == (Reservation.REPLAY, {"id": "n1"})
+    # expired: the key is new again
+    later = dict(now_ms=now + 60_001, ttl_ms=60_000, stale_ms=10_000)
+    assert reserve_key(db, "k1", "fp9", "n4", "u1", **later).outcome is Reservation.NEW  # type: ignore[arg-type]
+    # released after a failed write: the retry takes it
+    release_key(db, "k1", "n4")
+    assert reserve_key(db, "k1", "fp9", "n5", "u1", **later).outcome is Reservation.NEW  # type: ignore[arg-type]
+    # a writer that died holding it: taken over once stale
+    stale = dict(now_ms=now + 75_000, ttl_ms=60_000, stale_ms=10_000)
+    assert reserve_key(db, "k1", "fp9", "n6", "u1", **stale).outcome is Reservation.NEW  # type: ignore[arg-type]
+    db.close()
+
+
+def test_prune_drops_expired_keys_and_records_past_the_retention(tmp_path: Path) -> None:
+    db = open_database(str(tmp_path / "p.sqlite3"), synchronous="NORMAL")
+    db.ensure_schema(SCHEMA)
+    for n, at in (("old", 1_000), ("new", 90_000)):
+        reserve_key(db, n, "fp", n, "u", now_ms=at, ttl_ms=10_000, stale_ms=1_000)
+        complete_key(db, n, {"id": n}, RequestRecord(n, n, "u", "t", ("sms",), "normal", "c", at, at, 0, at))
+    assert prune(db, now_ms=95_000, retention_ms=50_000) == 2  # the old key and record; the new ones stay
+    assert request_by_id(db, "old") is None and request_by_id(db, "new") is not None
+    assert reserve_key(db, "new", "fp", "x", "u", now_ms=95_000, ttl_ms=10_000, stale_ms=1_000).outcome is (
+        Reservation.REPLAY)
+    db.close()
