@@ -34,6 +34,8 @@ from settings import Settings
 #: an expected (or seen) output item: ("a", notification_id, channel, lane) for an accepted
 #: request on one channel, ("d", notification_id, original_notification_id) for a duplicate
 Item = tuple[str, ...]
+#: a record to produce: (value, Kafka key, partition)
+Record = tuple[bytes, bytes | None, int]
 
 
 @dataclass(frozen=True)
@@ -158,9 +160,8 @@ def bulk_producer(bootstrap: str, **extra: str) -> Producer:
     })
 
 
-def load(bootstrap: str, topic: str, ds: Dataset, fmt: str, indexes: Iterable[int]) -> int:
-    """Produce records ``indexes`` of the dataset (``fmt`` "avro" or "json"); returns the count."""
-    values = ds.avro if fmt == "avro" else ds.json
+def load(bootstrap: str, topic: str, records: Iterable[Record]) -> int:
+    """Produce ``records`` (value, key, partition) in order, batched; returns the count."""
     prod = bulk_producer(bootstrap)
     errors: list[str] = []
 
@@ -169,11 +170,10 @@ def load(bootstrap: str, topic: str, ds: Dataset, fmt: str, indexes: Iterable[in
             errors.append(str(err))
 
     n = 0
-    for i in indexes:
+    for value, key, partition in records:
         while True:
             try:
-                prod.produce(topic, value=values[i], key=ds.keys[i], partition=ds.partitions[i],
-                             on_delivery=on_delivery)
+                prod.produce(topic, value=value, key=key, partition=partition, on_delivery=on_delivery)
                 break
             except BufferError:
                 prod.poll(0.05)
