@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from bench import report, stats
+from bench import engines, report, stats
 from bench.dataset import DatasetSpec, build
 from bench.feeds import IndexFeed
 from bench.measure import index_exactness, index_record, read_index
@@ -151,3 +151,26 @@ def test_report_tables() -> None:
     assert "| ceiling#1 | ok | 80,000 |" in table
     assert "| MemoryDedup | strings | 1 | 750,000 | 150% |" in table
     assert "| 330 | 380 | – | 3.3× |" in table
+
+
+def test_key_mix_is_80_percent_new_40_char_keys_repeating_recent_ones() -> None:
+    keys = engines.key_mix(20_000, seed=1)
+    assert len(keys) == 20_000 and {len(k) for k in keys} == {40}
+    first_at = {}
+    for i, k in enumerate(keys):
+        first_at.setdefault(k, i)
+    assert 0.78 < len(first_at) / len(keys) < 0.82
+    newest = sorted(first_at.values())
+    # a repeat is of one of the 10,000 newest keys at its time
+    for i, k in enumerate(keys):
+        if first_at[k] != i:
+            assert sum(1 for j in newest if first_at[k] < j < i) < 10_000
+
+
+@pytest.mark.parametrize("hashed", [False, True])
+def test_memory_rate_on_threads_is_exact(hashed: bool) -> None:
+    keys = engines.key_mix(5000, seed=2)
+    for threads in (1, 3):
+        r = engines.memory_rate(keys, threads, hashed)
+        assert r["new"] == r["held"] == len(set(keys)) and r["checks_per_s"] > 0
+    assert [list(r) for r in engines._slices(10, 3)] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
