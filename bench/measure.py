@@ -112,25 +112,30 @@ class JsonParser:
 
 
 def sustained_rate(batches: list[tuple[float, int]], until_count: int, requests: int,
-                   bursty: bool, cluster_s: float = 0.3) -> dict[str, Any]:
+                   bursty: bool, window: tuple[float, float] = (0.0, 1.0),
+                   cluster_s: float = 0.3) -> dict[str, Any]:
     """Requests/s while the backlog was processed, from the times its output became visible.
 
     ``bursty`` (exactly-once systems): output becomes visible a checkpoint (commit) at a time.
     The first burst holds what was processed before the clock could start, and the last one
     what was processed in a partial interval, made visible up to an interval later; so the rate
-    is taken from the end of the first burst to the end of the second-to-last one, whole
-    intervals only. Otherwise (output visible as it is written) the rate is taken between the
-    times 10% and 90% of the backlog's output was visible. ``first_to_last`` is the plain
-    "outputs after the first visible ones, over the time to the last" for reference (biased
-    low by up to two commit intervals). Rates are converted from output records to requests
-    with the stream's ratio (``requests / until_count``).
+    is taken from the end of a burst to the end of a later one, whole intervals only, never from
+    before the end of the first or to the end of the last. Otherwise (output visible as it is
+    written) it is taken between the times shares of the backlog's output were visible, within
+    10% .. 90%. ``window`` (shares of the backlog's output) chooses the part: (0, 1) the whole
+    backlog, (0.5, 1) its second half (the bursts from the first that reaches half of the output
+    to the second-to-last: the rate once the system is warm), (0, 0.5) its first half.
+    ``first_to_last`` is the plain "outputs after the first visible ones, over the time to the
+    last" for reference (biased low by up to two commit intervals). Rates are converted from
+    output records to requests with the stream's ratio (``requests / until_count``).
     """
-    out: dict[str, Any] = {"rate": None, "first_to_last": None, "span_s": None, "bursts": 0}
+    out: dict[str, Any] = {"rate": None, "first_to_last": None, "span_s": None, "bursts": 0, "intervals": 0}
     upto = _until(batches, until_count)
     if upto is None:
         return out
     batches = upto
     ratio = requests / until_count
+    lo, hi = window[0] * until_count, window[1] * until_count
     bursts: list[tuple[float, float, int]] = []  # (start, end, cumulative outputs at the end)
     total = 0
     for t, n in batches:
@@ -141,14 +146,20 @@ def sustained_rate(batches: list[tuple[float, int]], until_count: int, requests:
             bursts.append((t, t, total))
     t_first, t_done = batches[0][0], batches[-1][0]
     first_burst = bursts[0][2]
-    out.update(span_s=t_done - t_first, bursts=len(bursts), first_burst_outputs=first_burst)
+    out.update(span_s=t_done - t_first, bursts=len(bursts), first_burst_outputs=first_burst,
+               burst_ends=[(end, cum) for _, end, cum in bursts])
     if t_done - bursts[0][1] >= 0.5:
         out["first_to_last"] = (until_count - first_burst) / (t_done - bursts[0][1]) * ratio
     if bursty:
-        if len(bursts) >= 3 and bursts[-2][1] - bursts[0][1] >= 0.5:
-            out["rate"] = (bursts[-2][2] - first_burst) / (bursts[-2][1] - bursts[0][1]) * ratio
+        last = len(bursts) - 2  # the last burst is a partial interval
+        i = next((k for k, b in enumerate(bursts) if b[2] >= lo), len(bursts))
+        j = last if window[1] >= 1 else next((k for k, b in enumerate(bursts) if b[2] >= hi), last)
+        j = min(j, last)
+        if j > i and bursts[j][1] - bursts[i][1] >= 0.5:
+            out["rate"] = (bursts[j][2] - bursts[i][2]) / (bursts[j][1] - bursts[i][1]) * ratio
+            out["intervals"] = j - i
         return out
-    lo, hi = 0.1 * until_count, 0.9 * until_count
+    lo, hi = max(lo, 0.1 * until_count), min(hi, 0.9 * until_count)
     total, t_lo, t_hi = 0, None, None
     for t, n in batches:
         total += n

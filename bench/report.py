@@ -147,6 +147,7 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {cell(_get(ra, 'to_job', 'p99_ms'), '{:.2f}')} |")
     lines += _runs_table(runs) + _job_table(runs) + _engines_tables(results.get("engines"))
     notes = sorted({f"- {r['title']}: {n}" for r in runs for n in r.get("notes", [])})
+    notes += [f"- {r['key']}#{r.get('round', 0)}: {n}" for r in runs for n in r.get("run_notes", [])]
     errors = [f"- {r['key']}#{r.get('round', 0)}: {r['error'].splitlines()[0][:300]}" for r in runs
               if r.get("error") and r.get("status") != "skipped"]
     if notes:
@@ -162,13 +163,15 @@ def _runs_table(runs: list[dict[str, Any]]) -> list[str]:
     if not ran:
         return []
     lines = ["", "Every run, in the order they ran:", "",
-             "| run | status | req/s sustained | first-to-last | bursts | incl. start-up | p99 ms "
+             "| run | status | req/s sustained (2nd half) | intervals | 1st half | whole backlog | bursts "
+             "| incl. start-up | p99 ms "
              "| CPU µs/req | broker µs/req | of which idle | harness µs/req | exact |",
-             "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
+             "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
     for r in ran:
         lines.append(
             f"| {r['key']}#{r.get('round', 0)} | {r.get('status')} | {_num(_get(r, 'backlog', 'sustained_rps'))} "
-            f"| {_num(_get(r, 'backlog', 'first_to_last_rps'))} | {_num(_get(r, 'backlog', 'bursts'))} "
+            f"| {_num(_get(r, 'backlog', 'intervals'))} | {_num(_get(r, 'backlog', 'first_half_rps'))} "
+            f"| {_num(_get(r, 'backlog', 'whole_rps'))} | {_num(_get(r, 'backlog', 'bursts'))} "
             f"| {_num(_get(r, 'backlog', 'with_startup_rps'))} | {_num(_get(r, 'latency', 'p99_ms'))} "
             f"| {_num(_get(r, 'cpu', 'cpu_us_per_request'))} | {_num(_get(r, 'broker', 'us_per_request'), '{:.1f}')} "
             f"| {_num(_get(r, 'broker', 'idle_us_per_request'), '{:.1f}')} "

@@ -84,6 +84,11 @@ class WarmUp:
 WARMUP = WarmUp()
 #: seconds of doing nothing after the warm-up, to measure the broker's idle CPU
 IDLE_S = 4.0
+#: the parts of the backlog's output rates are taken over (shares of it, bench.measure.sustained_rate):
+#: "sustained" is the second half, once the system is warm
+RATE_WINDOWS = {"second_half": (0.5, 1.0), "first_half": (0.0, 0.5), "whole": (0.0, 1.0)}
+#: commit intervals the second half must span for a sustained rate that holds
+MIN_INTERVALS = 3
 
 _T0 = time.monotonic()
 
@@ -190,7 +195,7 @@ def run_system(system: System, ctx: Context, feed: Feed, args: argparse.Namespac
     n = feed.backlog
     r: dict[str, Any] = {"key": key, "round": rnd, "title": system.title, "guarantee": system.guarantee,
                          "exactly_once": system.exactly_once, "input_format": system.input_format,
-                         "notes": system.notes, "status": "ok"}
+                         "notes": system.notes, "run_notes": [], "status": "ok"}
     system.prepare(ctx)
     t = time.monotonic()
     load(ctx.bootstrap, system.input_topic, feed.records(0, n))
@@ -220,7 +225,7 @@ def run_system(system: System, ctx: Context, feed: Feed, args: argparse.Namespac
         r["first_output_s"] = round(first - t_launch, 2) if first else None
         if outcome == "idle":
             r["status"] = "output differs"
-            r["notes"] = [*r["notes"], f"backlog output stopped at {watcher.count:,} records, "
+            r["run_notes"] = [*r["run_notes"], f"backlog output stopped at {watcher.count:,} records, "
                           f"{feed.outputs(n):,} expected: rates are over what it wrote; see exact"]
         if outcome not in ("complete", "idle"):
             r["status"] = outcome
@@ -229,22 +234,33 @@ def run_system(system: System, ctx: Context, feed: Feed, args: argparse.Namespac
             say(f"{run}: {r['status']}: {r['error'].splitlines()[0]}")
         else:
             t_done = watcher.time_reaching(backlog_outputs) or t_marked
-            rate = sustained_rate(watcher.batches, backlog_outputs, n, bursty=system.exactly_once)
+            rates = {part: sustained_rate(watcher.batches, backlog_outputs, n, system.exactly_once, window)
+                     for part, window in RATE_WINDOWS.items()}
+            rate = rates["second_half"]
             r["backlog"] = {
                 "requests": n, "outputs": backlog_outputs, "outputs_expected": feed.outputs(n),
-                "sustained_rps": rate["rate"], "first_to_last_rps": rate["first_to_last"],
+                "sustained_rps": rate["rate"], "intervals": rate["intervals"],
+                "first_half_rps": rates["first_half"]["rate"], "whole_rps": rates["whole"]["rate"],
+                "first_to_last_rps": rate["first_to_last"],
                 "span_s": rate["span_s"], "bursts": rate["bursts"],
                 "first_burst_outputs": rate.get("first_burst_outputs"),
                 "done_s": round(t_done - t_launch, 2),
                 "with_startup_rps": n / (t_done - t_launch),
+                "burst_ends": [(round(t - t_launch, 3), c) for t, c in rate.get("burst_ends", [])][:300],
             }
-            if rate["rate"] is None and rate["first_to_last"] is not None:
-                rate["rate"] = rate["first_to_last"]
-                r["backlog"]["sustained_rps"] = rate["rate"]
-                r["notes"] = [*r["notes"], "sustained rate taken from first to last visible output "
-                              f"({rate['bursts']} bursts): biased low; use a larger --backlog"]
+            if system.exactly_once and rate["rate"] is not None and rate["intervals"] < MIN_INTERVALS:
+                r["run_notes"] = [*r["run_notes"], f"the second half of the backlog spanned {rate['intervals']} commit "
+                              f"interval(s), fewer than {MIN_INTERVALS}: use a larger --backlog"]
+            for fallback, what in (("whole", "over the whole backlog"), ("first_to_last", None)):
+                if rate["rate"] is not None:
+                    break
+                value = rates["whole"]["rate"] if fallback == "whole" else rate["first_to_last"]
+                if value is not None:
+                    rate["rate"] = r["backlog"]["sustained_rps"] = value
+                    r["run_notes"] = [*r["run_notes"], f"sustained rate taken {what or 'from first to last visible output'} "
+                                  f"({rate['bursts']} bursts): includes the warm-up; use a larger --backlog"]
             if rate["rate"] is None:
-                r["notes"] = [*r["notes"], f"backlog output became visible in {rate['bursts']} burst(s) "
+                r["run_notes"] = [*r["run_notes"], f"backlog output became visible in {rate['bursts']} burst(s) "
                               "over too short a time to give a sustained rate: use a larger --backlog"]
             base_rate = rate["rate"] or n / max(0.5, t_done - (first or t_launch))
             target = min(args.max_live_rate, args.live_fraction * base_rate)

@@ -39,7 +39,7 @@ from bench.measure import Parser, read_index
 LIVE_PRODUCER = {"enable.idempotence": "true", "linger.ms": "5", "queue.buffering.max.messages": "1000000"}
 #: the watcher: read_committed; a fetch is answered as soon as committed data is there
 WATCH_CONSUMER = {"isolation.level": "read_committed", "enable.auto.commit": "false",
-                  "auto.offset.reset": "earliest", "fetch.wait.max.ms": "20", "enable.partition.eof": "false"}
+                  "auto.offset.reset": "earliest", "fetch.wait.max.ms": "500", "enable.partition.eof": "false"}
 _SPAWN = multiprocessing.get_context("spawn")
 
 

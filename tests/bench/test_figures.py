@@ -10,9 +10,10 @@ import pytest
 from bench import engines, report, stats
 from bench.dataset import DatasetSpec, build
 from bench.feeds import IndexFeed
-from bench.measure import index_exactness, index_record, read_index
+from bench.measure import index_exactness, index_record, read_index, sustained_rate
 from bench.peers import ceiling
 from bench.watch import IndexTally
+from operators import codec
 from settings import Settings, flink_conf
 
 
@@ -174,3 +175,30 @@ def test_memory_rate_on_threads_is_exact(hashed: bool) -> None:
         r = engines.memory_rate(keys, threads, hashed)
         assert r["new"] == r["held"] == len(set(keys)) and r["checks_per_s"] > 0
     assert [list(r) for r in engines._slices(10, 3)] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+
+def test_sustained_rate_over_the_second_half_leaves_the_warm_up_out() -> None:
+    # commits every 2 s: 1,000 outputs/s while warming up, then 2,000/s
+    bursts = [(10.0, 500), (12.0, 2000), (14.0, 2000), (16.0, 4000), (18.0, 4000), (20.0, 300)]
+    total = sum(n for _, n in bursts)
+    whole = sustained_rate(bursts, total, total, bursty=True)
+    second = sustained_rate(bursts, total, total, bursty=True, window=(0.5, 1.0))
+    first = sustained_rate(bursts, total, total, bursty=True, window=(0.0, 0.5))
+    assert (whole["rate"], whole["intervals"]) == (1500.0, 4)
+    assert (second["rate"], second["intervals"]) == (2000.0, 1)  # from the burst reaching half, to the 2nd-to-last
+    assert first["rate"] == pytest.approx(8000 / 6)
+    steady = [(10 + i * 0.05, 50) for i in range(200)]  # continuous: within 10% .. 90% of the output
+    assert sustained_rate(steady, 10_000, 10_000, bursty=False, window=(0.5, 1.0))["rate"] == pytest.approx(
+        1000.0, rel=0.03)
+
+
+def test_the_whole_stream_is_in_the_past() -> None:
+    """The job holds a request more than dedup.max_future_ms ahead of the wall clock invalid."""
+    import time
+
+    spec = DatasetSpec(backlog=20_000, live_pool=5000, step_ms=50)
+    assert spec.start_ms is not None and spec.start_ms % 3_600_000 == 0
+    ds = build(spec)
+    newest = max(codec.decode_request(v).event_time for v in ds.avro[-500:])
+    assert newest < time.time() * 1000
+    assert DatasetSpec(backlog=10, live_pool=0, start_ms=5).stream_spec().start_ms == 5
