@@ -8,6 +8,7 @@ measures.
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -125,6 +127,7 @@ def sustained_rate(batches: list[tuple[float, int]], until_count: int, requests:
     10% .. 90%. ``window`` (shares of the backlog's output) chooses the part: (0, 1) the whole
     backlog, (0.5, 1) its second half (the bursts from the first that reaches half of the output
     to the second-to-last: the rate once the system is warm), (0, 0.5) its first half.
+    ``counted``: (start, end, requests) of the rate, for the CPU over the same time.
     ``first_to_last`` is the plain "outputs after the first visible ones, over the time to the
     last" for reference (biased low by up to two commit intervals). Rates are converted from
     output records to requests with the stream's ratio (``requests / until_count``).
@@ -158,6 +161,7 @@ def sustained_rate(batches: list[tuple[float, int]], until_count: int, requests:
         if j > i and bursts[j][1] - bursts[i][1] >= 0.5:
             out["rate"] = (bursts[j][2] - bursts[i][2]) / (bursts[j][1] - bursts[i][1]) * ratio
             out["intervals"] = j - i
+            out["counted"] = (bursts[i][1], bursts[j][1], (bursts[j][2] - bursts[i][2]) * ratio)
         return out
     lo, hi = max(lo, 0.1 * until_count), min(hi, 0.9 * until_count)
     total, t_lo, t_hi = 0, None, None
@@ -170,6 +174,7 @@ def sustained_rate(batches: list[tuple[float, int]], until_count: int, requests:
             break
     if t_lo is not None and t_hi is not None and t_hi - t_lo >= 0.2:
         out["rate"] = (c_hi - c_lo) / (t_hi - t_lo) * ratio
+        out["counted"] = (t_lo, t_hi, (c_hi - c_lo) * ratio)
     return out
 
 
@@ -278,7 +283,10 @@ class _Proc:
 
 
 class ProcSampler(threading.Thread):
-    """CPU seconds and peak RSS of process trees, sampled every ``interval_s`` (psutil)."""
+    """CPU seconds and peak RSS of process trees, sampled every ``interval_s`` (psutil).
+
+    CPU is read between named marks (:meth:`mark`, :meth:`cpu_between`), or between any two
+    times from each group's series of samples (:meth:`cpu_in`, interpolated between samples)."""
 
     def __init__(self, interval_s: float = 0.25) -> None:
         super().__init__(name="proc-sampler", daemon=True)
@@ -291,6 +299,8 @@ class ProcSampler(threading.Thread):
         self.roots: dict[str, list[tuple[int, bool]]] = {}
         self.procs: dict[tuple[str, int], _Proc] = {}
         self.marks: dict[tuple[str, str], dict[int, float]] = {}
+        #: per group: (monotonic time of a sample, CPU seconds of all its processes so far)
+        self.series: dict[str, list[tuple[float, float]]] = {}
         self._lock = threading.Lock()
         self._stop_event = threading.Event()
 
@@ -344,6 +354,21 @@ class ProcSampler(threading.Thread):
                         rec.cpu = max(rec.cpu, cpu.user + cpu.system)
                         rec.rss_last = rss
                         rec.rss_peak = max(rec.rss_peak, rss)
+            now = time.monotonic()
+            totals: dict[str, float] = dict.fromkeys(self.roots, 0.0)
+            for (g, _), r in self.procs.items():
+                if g in totals:
+                    totals[g] += r.cpu
+            for g, total in totals.items():
+                self.series.setdefault(g, []).append((now, total))
+
+    def cpu_in(self, group: str, t0: float, t1: float) -> float | None:
+        """CPU seconds of ``group`` between two monotonic times (None: not sampled over them)."""
+        with self._lock:
+            series = list(self.series.get(group, ()))
+        if not series or t0 < series[0][0] or t1 > series[-1][0] or t1 < t0:
+            return None
+        return _at(series, t1) - _at(series, t0)
 
     def mark(self, group: str, name: str) -> None:
         self.sample()
@@ -368,6 +393,15 @@ class ProcSampler(threading.Thread):
     def processes(self, group: str) -> list[_Proc]:
         with self._lock:
             return [r for (g, _), r in self.procs.items() if g == group]
+
+
+def _at(series: list[tuple[float, float]], t: float) -> float:
+    """The series' value at ``t``, linear between the samples around it."""
+    k = bisect.bisect_left(series, (t, -1.0))
+    if k < len(series) and series[k][0] == t or k == 0:
+        return series[k][1]
+    (ta, a), (tb, b) = series[k - 1], series[min(k, len(series) - 1)]
+    return a if tb <= ta else a + (b - a) * (t - ta) / (tb - ta)
 
 
 def _short_cmd(cmdline: list[str]) -> str:

@@ -97,7 +97,11 @@ def _header(results: dict[str, Any]) -> list[str]:
     lines.append(
         f"Latency floor (live producer -> broker -> read_committed watcher, each a process of its own, no "
         f"system in between, {_num(floor.get('rate'))}/s): p50 {_num(floor.get('p50_ms'), '{:,.1f}')} ms, "
-        f"p99 {_num(floor.get('p99_ms'), '{:,.1f}')} ms, max {_num(floor.get('max_ms'), '{:,.1f}')} ms")
+        f"p99 {_num(floor.get('p99_ms'), '{:,.1f}')} ms, max {_num(floor.get('max_ms'), '{:,.1f}')} ms; the broker "
+        f"spent {_num(floor.get('broker_us_per_record'))} µs of CPU per record at that rate"
+        + (f" (the same pass during the warm-up: p99 {_num(_get(results, 'warmup', 'floor', 'p99_ms'), '{:,.1f}')} ms, "
+           f"{_num(_get(results, 'warmup', 'floor', 'broker_us_per_record'))} µs per record)"
+           if _get(results, "warmup", "floor") else ""))
     return lines
 
 
@@ -164,17 +168,19 @@ def _runs_table(runs: list[dict[str, Any]]) -> list[str]:
         return []
     lines = ["", "Every run, in the order they ran:", "",
              "| run | status | req/s sustained (2nd half) | intervals | 1st half | whole backlog | bursts "
-             "| incl. start-up | p99 ms "
-             "| CPU µs/req | broker µs/req | of which idle | harness µs/req | exact |",
-             "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
+             "| incl. start-up | p99 ms | CPU µs/req | ready to end of backlog | broker µs/req | of which idle "
+             "| ready to end of backlog | harness µs/req | exact |",
+             "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
     for r in ran:
         lines.append(
             f"| {r['key']}#{r.get('round', 0)} | {r.get('status')} | {_num(_get(r, 'backlog', 'sustained_rps'))} "
             f"| {_num(_get(r, 'backlog', 'intervals'))} | {_num(_get(r, 'backlog', 'first_half_rps'))} "
             f"| {_num(_get(r, 'backlog', 'whole_rps'))} | {_num(_get(r, 'backlog', 'bursts'))} "
             f"| {_num(_get(r, 'backlog', 'with_startup_rps'))} | {_num(_get(r, 'latency', 'p99_ms'))} "
-            f"| {_num(_get(r, 'cpu', 'cpu_us_per_request'))} | {_num(_get(r, 'broker', 'us_per_request'), '{:.1f}')} "
+            f"| {_num(_get(r, 'cpu', 'cpu_us_per_request'))} | {_num(_get(r, 'cpu', 'cpu_us_per_request_backlog'))} "
+            f"| {_num(_get(r, 'broker', 'us_per_request'), '{:.1f}')} "
             f"| {_num(_get(r, 'broker', 'idle_us_per_request'), '{:.1f}')} "
+            f"| {_num(_get(r, 'broker', 'us_per_request_backlog'), '{:.1f}')} "
             f"| {_num(_get(r, 'harness', 'us_per_request'), '{:.1f}')} | {exact_cell(r)} |")
     return lines
 

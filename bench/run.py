@@ -60,10 +60,11 @@ from settings import REPO_ROOT
 logger = logging.getLogger("bench")
 
 MODES: dict[str, dict[str, Any]] = {
-    # quick: checks the harness and gives rough numbers in about 10 minutes
-    "quick": {"backlog": 150_000, "ceiling_backlog": 600_000, "repeats": 2, "live_s": 5.0,
-              "max_live_rate": 10_000, "backlog_timeout_s": 180.0},
-    "full": {"backlog": 600_000, "ceiling_backlog": 2_400_000, "repeats": 3, "live_s": 30.0,
+    # quick: checks the harness and gives rough numbers in about 10 minutes (the job's figures
+    # there include most of its warm-up: see bench/README.md, "How long a backlog")
+    "quick": {"backlog": 300_000, "ceiling_backlog": 1_000_000, "repeats": 2, "live_s": 5.0,
+              "max_live_rate": 10_000, "backlog_timeout_s": 300.0},
+    "full": {"backlog": 1_200_000, "ceiling_backlog": 5_000_000, "repeats": 3, "live_s": 30.0,
              "max_live_rate": 25_000, "backlog_timeout_s": 1800.0},
 }
 
@@ -152,10 +153,12 @@ def warm_up(ctx: Context, ds: Dataset, sampler: ProcSampler) -> dict[str, Any]:
             "broker_idle_cpu_per_s": idle}
 
 
-def latency_floor(ctx: Context, ds: Dataset, sampler: ProcSampler, rate: float, seconds: float) -> dict[str, Any]:
+def latency_floor(ctx: Context, ds: Dataset, sampler: ProcSampler, rate: float, seconds: float,
+                  name: str = "floor") -> dict[str, Any]:
     """Produce -> visible with no system in between (the live producer, the broker, the
-    watcher): the harness's and the broker's own share of every latency figure."""
-    topic = f"bench{ctx.run_id}.floor"
+    watcher): the harness's and the broker's own share of every latency figure; and the broker's
+    CPU per record at that rate."""
+    topic = f"bench{ctx.run_id}.{name}"
     kafka_io.create_topics({"bootstrap.servers": ctx.bootstrap}, [topic], ctx.partitions)
     count = max(1, int(rate * seconds))
     feed = IndexFeed(ds, backlog=0, live_pool=count)
@@ -166,14 +169,18 @@ def latency_floor(ctx: Context, ds: Dataset, sampler: ProcSampler, rate: float, 
         for pid in (watcher.pid, producer.pid):
             sampler.watch("harness", pid, recursive=False)
         watcher.live()
+        sampler.mark("broker", f"{name}:start")
         produce_live(producer, watcher, seconds * 3 + 60)
         watcher.wait_for(count, 30)
+        sampler.mark("broker", f"{name}:end")
     finally:
         watcher.stop()
         delete_topics(ctx.bootstrap, [topic])
     lat = latencies(producer.times, watcher.first_seen, feed, 0)
+    broker = sum(sampler.cpu_between("broker", f"{name}:start", f"{name}:end").values())
     return {"rate": producer.achieved, "target_rps": rate, "requests": count, "seen": len(lat),
             "p50_ms": percentile(lat, 50), "p99_ms": percentile(lat, 99), "max_ms": lat[-1] if lat else None,
+            "broker_us_per_record": broker / count * 1e6 if broker else None,
             "producer_errors": producer.errors[:3], "watcher_error": watcher.error}
 
 
@@ -251,14 +258,18 @@ def run_system(system: System, ctx: Context, feed: Feed, args: argparse.Namespac
             if system.exactly_once and rate["rate"] is not None and rate["intervals"] < MIN_INTERVALS:
                 r["run_notes"] = [*r["run_notes"], f"the second half of the backlog spanned {rate['intervals']} commit "
                               f"interval(s), fewer than {MIN_INTERVALS}: use a larger --backlog"]
-            for fallback, what in (("whole", "over the whole backlog"), ("first_to_last", None)):
-                if rate["rate"] is not None:
-                    break
-                value = rates["whole"]["rate"] if fallback == "whole" else rate["first_to_last"]
-                if value is not None:
+            counted = rate.get("counted")
+            whole = rates["whole"]
+            for what, value, window in (("over the whole backlog", whole["rate"], whole.get("counted")),
+                                        ("from first to last visible output", rate["first_to_last"], None)):
+                if rate["rate"] is None and value is not None:
                     rate["rate"] = r["backlog"]["sustained_rps"] = value
-                    r["run_notes"] = [*r["run_notes"], f"sustained rate taken {what or 'from first to last visible output'} "
-                                  f"({rate['bursts']} bursts): includes the warm-up; use a larger --backlog"]
+                    counted = window
+                    r["run_notes"] = [*r["run_notes"], f"sustained rate taken {what} ({rate['bursts']} bursts): "
+                                      "it includes the warm-up; use a larger --backlog"]
+            if counted:
+                r["counted"] = {"t0": counted[0], "t1": counted[1], "requests": counted[2],
+                                "from_s": round(counted[0] - t_launch, 2), "to_s": round(counted[1] - t_launch, 2)}
             if rate["rate"] is None:
                 r["run_notes"] = [*r["run_notes"], f"backlog output became visible in {rate['bursts']} burst(s) "
                               "over too short a time to give a sustained rate: use a larger --backlog"]
@@ -302,11 +313,13 @@ def run_system(system: System, ctx: Context, feed: Feed, args: argparse.Namespac
                             max_ms=lat[-1] if lat else None)
     after = system.after_stop()
     r["after_stop"] = after
-    r["cpu"] = cpu_summary(sampler, run, n)
-    r["broker"] = window_cpu(sampler, "broker", run, n)
-    idle = (getattr(args, "broker_idle_cpu_per_s", None) or 0.0) * r.get("window_s", 0.0)
-    r["broker"]["idle_us_per_request"] = idle / n * 1e6 if n and idle else None
-    r["harness"] = window_cpu(sampler, "harness", run, n)
+    counted = r.get("counted")
+    r["cpu"] = cpu_summary(sampler, run, n, counted)
+    r["broker"] = window_cpu(sampler, "broker", run, n, counted)
+    r["harness"] = window_cpu(sampler, "harness", run, n, counted)
+    if counted and args.broker_idle_cpu_per_s:
+        idle = args.broker_idle_cpu_per_s * (counted["t1"] - counted["t0"])
+        r["broker"]["idle_us_per_request"] = idle / counted["requests"] * 1e6
     processed = n + live_count
     r["state"] = state_summary(r, after, feed.keys(processed), evicting=feed.evicting)
     r["exactness"] = feed.exactness(watcher.tally, processed).as_dict()
@@ -318,15 +331,24 @@ def run_system(system: System, ctx: Context, feed: Feed, args: argparse.Namespac
     return r
 
 
-def window_cpu(sampler: ProcSampler, group: str, run: str, n: int) -> dict[str, Any]:
-    """A shared group's (the broker's, the harness's) CPU in the system's counted window (ready ->
-    backlog output complete), per backlog request, and over the whole run."""
+def per_request(sampler: ProcSampler, group: str, counted: dict[str, Any] | None) -> float | None:
+    """``group``'s CPU µs per request over the time the sustained rate was counted over."""
+    if not counted or not counted["requests"]:
+        return None
+    cpu = sampler.cpu_in(group, counted["t0"], counted["t1"])
+    return None if cpu is None else cpu / counted["requests"] * 1e6
+
+
+def window_cpu(sampler: ProcSampler, group: str, run: str, n: int, counted: dict[str, Any] | None) -> dict[str, Any]:
+    """A shared group's (the broker's, the harness's) CPU per request over the system's counted
+    window (that of its sustained rate), its CPU from ready to the backlog's end, and over the run."""
     backlog = _sum(sampler.cpu_between(group, f"{run}:ready", f"{run}:backlog"))
     return {"cpu_s": _sum(sampler.cpu_between(group, f"{run}:start", f"{run}:end")), "cpu_s_backlog": backlog,
-            "us_per_request": backlog / n * 1e6 if backlog and n else None}
+            "us_per_request": per_request(sampler, group, counted),
+            "us_per_request_backlog": backlog / n * 1e6 if backlog and n else None}
 
 
-def cpu_summary(sampler: ProcSampler, key: str, n: int) -> dict[str, Any]:
+def cpu_summary(sampler: ProcSampler, key: str, n: int, counted: dict[str, Any] | None = None) -> dict[str, Any]:
     startup = sampler.cpu_between(key, None, "ready")
     backlog = sampler.cpu_between(key, "ready", "backlog")
     total = sampler.cpu_between(key, None, None)
@@ -340,7 +362,8 @@ def cpu_summary(sampler: ProcSampler, key: str, n: int) -> dict[str, Any]:
     return {
         "processes": procs,
         "cpu_s": _sum(total), "cpu_s_startup": _sum(startup), "cpu_s_backlog": cpu_backlog,
-        "cpu_us_per_request": cpu_backlog / n * 1e6 if cpu_backlog else None,
+        "cpu_us_per_request": per_request(sampler, key, counted),
+        "cpu_us_per_request_backlog": cpu_backlog / n * 1e6 if cpu_backlog else None,
         "peak_rss_mb": round(sum(p["peak_rss_mb"] for p in procs), 1) if procs else None,
     }
 
@@ -484,9 +507,12 @@ def main(argv: list[str] | None = None) -> int:
                                                for w in results["warmup"]["rounds"])
                 + f" broker µs per record in rounds of {WARMUP.records:,}; idle "
                 f"{results['warmup']['broker_idle_cpu_per_s'] * 1000:.0f} ms CPU per s")
+        if not args.no_warmup:  # the same path once before, so that its JIT warm-up is not in the floor
+            results["warmup"]["floor"] = latency_floor(ctx, ds, sampler, args.max_live_rate, args.live_s, "floor0")
         floor = results["latency_floor"] = latency_floor(ctx, ds, sampler, args.max_live_rate, args.live_s)
         say(f"latency floor (produce -> read_committed watcher, no system in between, "
-            f"{floor['rate']:,.0f}/s): p50 {_fmt(floor['p50_ms'])} ms, p99 {_fmt(floor['p99_ms'])} ms")
+            f"{floor['rate']:,.0f}/s): p50 {_fmt(floor['p50_ms'])} ms, p99 {_fmt(floor['p99_ms'])} ms; "
+            f"broker {_fmt(floor['broker_us_per_record'])} µs per record")
         for rnd, key in order:
             system = make(key, args.sql_variant)
             if key in skipped:
@@ -518,6 +544,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         sampler.stop()
         broker.stop(timeout_s=10)
+        results["harness_peak_rss_mb"] = {
+            "this process": round(max((p.rss_peak for p in sampler.processes("harness") if p.pid == os.getpid()),
+                                      default=0) / 2**20, 1),
+            "largest watcher or producer": round(max((p.rss_peak for p in sampler.processes("harness")
+                                                      if p.pid != os.getpid()), default=0) / 2**20, 1)}
         results["systems"] = stats.summarize(results["runs"])
         results["machine"]["loadavg_at_end"] = os.getloadavg()
         results["wall_s"] = round(time.monotonic() - _T0, 1)

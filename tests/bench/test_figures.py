@@ -10,7 +10,7 @@ import pytest
 from bench import engines, report, stats
 from bench.dataset import DatasetSpec, build
 from bench.feeds import IndexFeed
-from bench.measure import index_exactness, index_record, read_index, sustained_rate
+from bench.measure import ProcSampler, index_exactness, index_record, read_index, sustained_rate
 from bench.peers import ceiling
 from bench.watch import IndexTally
 from operators import codec
@@ -202,3 +202,11 @@ def test_the_whole_stream_is_in_the_past() -> None:
     newest = max(codec.decode_request(v).event_time for v in ds.avro[-500:])
     assert newest < time.time() * 1000
     assert DatasetSpec(backlog=10, live_pool=0, start_ms=5).stream_spec().start_ms == 5
+
+
+def test_cpu_between_two_times_is_interpolated_from_the_samples() -> None:
+    sampler = ProcSampler()
+    sampler.series["g"] = [(10.0, 1.0), (11.0, 1.5), (12.0, 3.5)]
+    assert sampler.cpu_in("g", 10.0, 12.0) == pytest.approx(2.5)
+    assert sampler.cpu_in("g", 10.5, 11.5) == pytest.approx(2.5 - 1.25)
+    assert sampler.cpu_in("g", 9.0, 11.0) is None and sampler.cpu_in("h", 10.0, 11.0) is None
