@@ -84,7 +84,8 @@ clean:
 chaos: setup
 	$(BIN)/dedupctl chaos --requests 200000 --rate 1000 --kills 20 --broker-restarts 1 --rescales 2
 
-# The job against its peers (bench/README.md): quick (< 5 min) and full. Both need the `bench`
+# The job against its peers and the exactly-once ceiling (bench/README.md): quick (about 10 min,
+# two interleaved rounds) and full (three rounds of every system, about an hour). Both need the `bench`
 # extra (Quix Streams, redis, matplotlib, psutil) on top of the setup; a missing redis-server is
 # installed from Debian's packages by the benchmark itself (or that peer is skipped).
 BENCH_STAMP := $(VENV)/.bench-installed

@@ -34,6 +34,8 @@ from settings import Settings
 #: an expected (or seen) output item: ("a", notification_id, channel, lane) for an accepted
 #: request on one channel, ("d", notification_id, original_notification_id) for a duplicate
 Item = tuple[str, ...]
+#: a record to produce: (value, Kafka key, partition)
+Record = tuple[bytes, bytes | None, int]
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,10 @@ class DatasetSpec:
     :param live_pool: records generated for the latency phase (each system uses a prefix)
     :param param_bytes: filler in params; 240 gives Avro requests of about 300 bytes
     :param ttl_mix: per-request windows of 2 s .. 1 h (the generator's mix) instead of 7 days
+    :param start_ms: event time of the first record; None: early enough that the whole stream
+        (``step_ms`` apart on average) is in the past, an hour boundary. A record more than
+        ``dedup.max_future_ms`` (5 min) ahead of the wall clock is invalid to the job, so a fixed
+        start breaks a long stream, or any stream on a clock behind that start
     """
 
     backlog: int
@@ -55,12 +61,19 @@ class DatasetSpec:
     param_bytes: int = 240
     step_ms: int = 10
     ttl_mix: bool = False
+    start_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.start_ms is None:
+            span = 2 * self.step_ms * (self.backlog + self.live_pool)  # the most it can span
+            object.__setattr__(self, "start_ms", (int(time.time() * 1000) - span) // 3_600_000 * 3_600_000)
 
     def stream_spec(self) -> StreamSpec:
         spec = StreamSpec(
             requests=self.backlog + self.live_pool, partitions=self.partitions, seed=self.seed,
             repeat_share=self.repeat_share, late_share=0.0, invalid_share=0.0,
             disorder_share=self.disorder_share, step_ms=self.step_ms, param_bytes=self.param_bytes,
+            start_ms=int(self.start_ms or 0),
         )
         return spec if self.ttl_mix else dataclasses.replace(spec, ttl_choices=(None,))
 
@@ -158,9 +171,8 @@ def bulk_producer(bootstrap: str, **extra: str) -> Producer:
     })
 
 
-def load(bootstrap: str, topic: str, ds: Dataset, fmt: str, indexes: Iterable[int]) -> int:
-    """Produce records ``indexes`` of the dataset (``fmt`` "avro" or "json"); returns the count."""
-    values = ds.avro if fmt == "avro" else ds.json
+def load(bootstrap: str, topic: str, records: Iterable[Record]) -> int:
+    """Produce ``records`` (value, key, partition) in order, batched; returns the count."""
     prod = bulk_producer(bootstrap)
     errors: list[str] = []
 
@@ -169,11 +181,10 @@ def load(bootstrap: str, topic: str, ds: Dataset, fmt: str, indexes: Iterable[in
             errors.append(str(err))
 
     n = 0
-    for i in indexes:
+    for value, key, partition in records:
         while True:
             try:
-                prod.produce(topic, value=values[i], key=ds.keys[i], partition=ds.partitions[i],
-                             on_delivery=on_delivery)
+                prod.produce(topic, value=value, key=key, partition=partition, on_delivery=on_delivery)
                 break
             except BufferError:
                 prod.poll(0.05)

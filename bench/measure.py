@@ -1,14 +1,14 @@
-"""What the benchmark measures with: a read_committed output watcher, a process sampler, checks.
+"""What the benchmark measures with: output parsers, rates, exactness checks, a process sampler.
 
-The watcher reads every output topic of the system under test from the beginning, with
-``isolation.level=read_committed``, the whole time the system runs: its clock gives throughput
-(when output became visible) and latency (produce -> first visible output of a request), and what
-it read is compared with the reference model. It parses only the few fields it needs (the
-notification id and channel), so it stays cheap next to the system it measures.
+The output watcher and the live producer run in processes of their own (bench/watch.py); what
+they read and when is turned into figures here. The parsers read only the few fields the checks
+need (the notification id and channel), so the watcher stays cheap next to the system it
+measures.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import os
@@ -18,17 +18,15 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
-
 from bench.dataset import Item, lane_of
 from operators import codec
+from operators.contract import SCHEMAS_DIR
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +39,7 @@ def _read_str(buf: bytes, pos: int) -> tuple[str, int]:
 
 
 def _schema_fields(stem: str) -> list[dict[str, Any]]:
-    return list(json.loads((codec.SCHEMAS_DIR / f"{stem}.avsc").read_text(encoding="utf-8"))["fields"])
+    return list(json.loads((SCHEMAS_DIR / f"{stem}.avsc").read_text(encoding="utf-8"))["fields"])
 
 
 _CM = _schema_fields("channel_message")
@@ -75,161 +73,72 @@ def parse_duplicate_notice(value: bytes) -> Item:
 Parser = Callable[[str, bytes | None], Item]
 
 
-def avro_parser(channel_lanes: dict[str, str], duplicates: str) -> Parser:
-    """Outputs in the job's format: Avro ChannelMessage per lane topic, DuplicateNotice."""
+@dataclass(frozen=True)
+class AvroParser:
+    """Outputs in the job's format: Avro ChannelMessage per lane topic, DuplicateNotice.
+    (A class, not a closure: it is sent to the watcher's process.)"""
 
-    def parse(topic: str, value: bytes | None) -> Item:
+    channel_lanes: dict[str, str]
+    duplicates: str
+
+    def __call__(self, topic: str, value: bytes | None) -> Item:
         if value is None:
             return ("x", topic, "<null value>")
         try:
-            if topic in channel_lanes:
-                return parse_channel_message(value, channel_lanes[topic])
-            if topic == duplicates:
+            if topic in self.channel_lanes:
+                return parse_channel_message(value, self.channel_lanes[topic])
+            if topic == self.duplicates:
                 return parse_duplicate_notice(value)
         except (IndexError, UnicodeDecodeError, ValueError) as exc:
             return ("x", topic, f"unparsable: {exc}")
         return ("x", topic, value[:64].hex())  # late, invalid: nothing is expected there
 
-    return parse
 
-
-def json_parser(accepted: str, duplicates: str) -> Parser:
+@dataclass(frozen=True)
+class JsonParser:
     """Outputs of the Flink SQL peer: JSON rows, one per accepted request and channel."""
 
-    def parse(topic: str, value: bytes | None) -> Item:
+    accepted: str
+    duplicates: str
+
+    def __call__(self, topic: str, value: bytes | None) -> Item:
         try:
             rec = json.loads(value or b"null")
-            if topic == accepted:
+            if topic == self.accepted:
                 return ("a", rec["notification_id"], rec["channel"], lane_of(rec["priority"]))
-            if topic == duplicates:
+            if topic == self.duplicates:
                 return ("d", rec["notification_id"], rec["original_notification_id"])
         except (ValueError, KeyError, TypeError) as exc:
             return ("x", topic, f"unparsable: {exc}")
         return ("x", topic, "unexpected topic")
 
-    return parse
-
-
-# -- the output watcher ----------------------------------------------------------------------
-
-
-class OutputWatcher(threading.Thread):
-    """Reads the output topics read_committed from the beginning until stopped."""
-
-    def __init__(self, bootstrap: str, topics: Sequence[str], parse: Parser) -> None:
-        super().__init__(name="output-watcher", daemon=True)
-        self.bootstrap = bootstrap
-        self.topics = list(topics)
-        self.parse = parse
-        self.count = 0
-        #: (monotonic time of a consume() return, records in it)
-        self.batches: list[tuple[float, int]] = []
-        self.seen: Counter[Item] = Counter()
-        self.first_seen: dict[str, float] = {}
-        self.error: str | None = None
-        self._stop_event = threading.Event()
-        self._ready = threading.Event()
-
-    def run(self) -> None:
-        consumer = Consumer({
-            "bootstrap.servers": self.bootstrap, "group.id": f"bench-watch-{uuid.uuid4().hex[:10]}",
-            "isolation.level": "read_committed", "enable.auto.commit": "false",
-            "auto.offset.reset": "earliest", "fetch.wait.max.ms": "20", "enable.partition.eof": "false",
-        })
-        try:
-            meta = consumer.list_topics(timeout=15)
-            parts = [TopicPartition(t, p, -2) for t in self.topics for p in meta.topics[t].partitions]
-            consumer.assign(parts)
-            self._ready.set()
-            while not self._stop_event.is_set():
-                # consume() waits for its whole timeout unless the batch fills: keep it short, or
-                # it adds tens of milliseconds to every latency sample
-                msgs = consumer.consume(5000, 0.005)
-                if not msgs:
-                    continue
-                now = time.monotonic()
-                n = 0
-                for m in msgs:
-                    err = m.error()
-                    if err is not None:
-                        if err.code() != KafkaError._PARTITION_EOF:
-                            logger.warning("watcher: %s", err)
-                        continue
-                    item = self.parse(m.topic(), m.value())
-                    self.seen[item] += 1
-                    if item[1] not in self.first_seen:
-                        self.first_seen[item[1]] = now
-                    n += 1
-                if n:
-                    self.count += n
-                    self.batches.append((now, n))
-        except Exception as exc:  # noqa: BLE001 - reported in the results, never silently
-            self.error = f"{type(exc).__name__}: {exc}"
-            logger.exception("output watcher failed")
-        finally:
-            self._ready.set()
-            consumer.close()
-
-    def start_and_wait(self) -> None:
-        self.start()
-        self._ready.wait(30)
-
-    def stop(self) -> None:
-        self._stop_event.set()
-        self.join(30)
-
-    def wait_for(self, count: int, timeout_s: float, alive: Callable[[], bool] = lambda: True,
-                 idle_s: float | None = None) -> str:
-        """Until ``count`` records were read: "complete"; or why not: "idle" (output of this wait
-        started and then stopped for ``idle_s``: a system whose output differs from the model),
-        "timeout", "died" (``alive()`` false), "watcher failed"."""
-        start_count = self.count
-        deadline = time.monotonic() + timeout_s
-        while self.count < count:
-            now = time.monotonic()
-            if self.error:
-                return "watcher failed"
-            if not alive():
-                return "died"
-            if now > deadline:
-                return "timeout"
-            if idle_s is not None and self.count > start_count and now - self.batches[-1][0] > idle_s:
-                return "idle"
-            time.sleep(0.02)
-        return "complete"
-
-    def first_time(self) -> float | None:
-        return self.batches[0][0] if self.batches else None
-
-    def time_reaching(self, count: int) -> float | None:
-        total = 0
-        for t, n in self.batches:
-            total += n
-            if total >= count:
-                return t
-        return None
-
 
 def sustained_rate(batches: list[tuple[float, int]], until_count: int, requests: int,
-                   bursty: bool, cluster_s: float = 0.3) -> dict[str, Any]:
+                   bursty: bool, window: tuple[float, float] = (0.0, 1.0),
+                   cluster_s: float = 0.3) -> dict[str, Any]:
     """Requests/s while the backlog was processed, from the times its output became visible.
 
     ``bursty`` (exactly-once systems): output becomes visible a checkpoint (commit) at a time.
     The first burst holds what was processed before the clock could start, and the last one
     what was processed in a partial interval, made visible up to an interval later; so the rate
-    is taken from the end of the first burst to the end of the second-to-last one, whole
-    intervals only. Otherwise (output visible as it is written) the rate is taken between the
-    times 10% and 90% of the backlog's output was visible. ``first_to_last`` is the plain
-    "outputs after the first visible ones, over the time to the last" for reference (biased
-    low by up to two commit intervals). Rates are converted from output records to requests
-    with the stream's ratio (``requests / until_count``).
+    is taken from the end of a burst to the end of a later one, whole intervals only, never from
+    before the end of the first or to the end of the last. Otherwise (output visible as it is
+    written) it is taken between the times shares of the backlog's output were visible, within
+    10% .. 90%. ``window`` (shares of the backlog's output) chooses the part: (0, 1) the whole
+    backlog, (0.5, 1) its second half (the bursts from the first that reaches half of the output
+    to the second-to-last: the rate once the system is warm), (0, 0.5) its first half.
+    ``counted``: (start, end, requests) of the rate, for the CPU over the same time.
+    ``first_to_last`` is the plain "outputs after the first visible ones, over the time to the
+    last" for reference (biased low by up to two commit intervals). Rates are converted from
+    output records to requests with the stream's ratio (``requests / until_count``).
     """
-    out: dict[str, Any] = {"rate": None, "first_to_last": None, "span_s": None, "bursts": 0}
+    out: dict[str, Any] = {"rate": None, "first_to_last": None, "span_s": None, "bursts": 0, "intervals": 0}
     upto = _until(batches, until_count)
     if upto is None:
         return out
     batches = upto
     ratio = requests / until_count
+    lo, hi = window[0] * until_count, window[1] * until_count
     bursts: list[tuple[float, float, int]] = []  # (start, end, cumulative outputs at the end)
     total = 0
     for t, n in batches:
@@ -240,14 +149,21 @@ def sustained_rate(batches: list[tuple[float, int]], until_count: int, requests:
             bursts.append((t, t, total))
     t_first, t_done = batches[0][0], batches[-1][0]
     first_burst = bursts[0][2]
-    out.update(span_s=t_done - t_first, bursts=len(bursts), first_burst_outputs=first_burst)
+    out.update(span_s=t_done - t_first, bursts=len(bursts), first_burst_outputs=first_burst,
+               burst_ends=[(end, cum) for _, end, cum in bursts])
     if t_done - bursts[0][1] >= 0.5:
         out["first_to_last"] = (until_count - first_burst) / (t_done - bursts[0][1]) * ratio
     if bursty:
-        if len(bursts) >= 3 and bursts[-2][1] - bursts[0][1] >= 0.5:
-            out["rate"] = (bursts[-2][2] - first_burst) / (bursts[-2][1] - bursts[0][1]) * ratio
+        last = len(bursts) - 2  # the last burst is a partial interval
+        i = next((k for k, b in enumerate(bursts) if b[2] >= lo), len(bursts))
+        j = last if window[1] >= 1 else next((k for k, b in enumerate(bursts) if b[2] >= hi), last)
+        j = min(j, last)
+        if j > i and bursts[j][1] - bursts[i][1] >= 0.5:
+            out["rate"] = (bursts[j][2] - bursts[i][2]) / (bursts[j][1] - bursts[i][1]) * ratio
+            out["intervals"] = j - i
+            out["counted"] = (bursts[i][1], bursts[j][1], (bursts[j][2] - bursts[i][2]) * ratio)
         return out
-    lo, hi = 0.1 * until_count, 0.9 * until_count
+    lo, hi = max(lo, 0.1 * until_count), min(hi, 0.9 * until_count)
     total, t_lo, t_hi = 0, None, None
     for t, n in batches:
         total += n
@@ -258,6 +174,7 @@ def sustained_rate(batches: list[tuple[float, int]], until_count: int, requests:
             break
     if t_lo is not None and t_hi is not None and t_hi - t_lo >= 0.2:
         out["rate"] = (c_hi - c_lo) / (t_hi - t_lo) * ratio
+        out["counted"] = (t_lo, t_hi, (c_hi - c_lo) * ratio)
     return out
 
 
@@ -309,6 +226,48 @@ def compare(expected: Counter[Item], seen: Counter[Item]) -> Exactness:
                      sum(extra.values()), twice, examples)
 
 
+#: the ceiling's records (and the latency floor's) begin with their index in the stream, in
+#: this many ASCII digits; the rest of each is a request of the dataset, so sizes are the job's
+INDEX_DIGITS = 12
+
+
+def index_record(i: int, filler: bytes) -> bytes:
+    """Record ``i`` of a pass-through stream: its index, then ``filler`` (same length)."""
+    return b"%012d" % i + filler[INDEX_DIGITS:]
+
+
+def read_index(value: bytes | None) -> int | None:
+    try:
+        return int(value[:INDEX_DIGITS]) if value else None
+    except ValueError:
+        return None
+
+
+def index_exactness(counts: bytes | bytearray, expected: int, unreadable: int) -> Exactness:
+    """Records 0 .. ``expected``-1 of a pass-through stream each exactly once, nothing else.
+
+    ``counts[i]``: how often record i was read (saturating at 255); ``unreadable``: records read
+    that carry no index in range."""
+    head = counts[:expected]
+    missing = head.count(0)
+    twice = sum(head) - (expected - missing)
+    beyond = sum(counts[expected:])
+    examples = [f"missing record {i}" for i in _first(head, lambda c: c == 0)] if missing else []
+    if twice:
+        examples += [f"record {i} read {head[i]} times" for i in _first(head, lambda c: c > 1)]
+    return Exactness(expected, sum(counts) + unreadable, missing, twice + beyond + unreadable, twice, examples)
+
+
+def _first(values: bytes | bytearray, pred: Callable[[int], bool], n: int = 3) -> list[int]:
+    out: list[int] = []
+    for i, v in enumerate(values):
+        if pred(v):
+            out.append(i)
+            if len(out) == n:
+                break
+    return out
+
+
 # -- processes -------------------------------------------------------------------------------
 
 
@@ -324,7 +283,10 @@ class _Proc:
 
 
 class ProcSampler(threading.Thread):
-    """CPU seconds and peak RSS of process trees, sampled every ``interval_s`` (psutil)."""
+    """CPU seconds and peak RSS of process trees, sampled every ``interval_s`` (psutil).
+
+    CPU is read between named marks (:meth:`mark`, :meth:`cpu_between`), or between any two
+    times from each group's series of samples (:meth:`cpu_in`, interpolated between samples)."""
 
     def __init__(self, interval_s: float = 0.25) -> None:
         super().__init__(name="proc-sampler", daemon=True)
@@ -337,6 +299,8 @@ class ProcSampler(threading.Thread):
         self.roots: dict[str, list[tuple[int, bool]]] = {}
         self.procs: dict[tuple[str, int], _Proc] = {}
         self.marks: dict[tuple[str, str], dict[int, float]] = {}
+        #: per group: (monotonic time of a sample, CPU seconds of all its processes so far)
+        self.series: dict[str, list[tuple[float, float]]] = {}
         self._lock = threading.Lock()
         self._stop_event = threading.Event()
 
@@ -390,6 +354,21 @@ class ProcSampler(threading.Thread):
                         rec.cpu = max(rec.cpu, cpu.user + cpu.system)
                         rec.rss_last = rss
                         rec.rss_peak = max(rec.rss_peak, rss)
+            now = time.monotonic()
+            totals: dict[str, float] = dict.fromkeys(self.roots, 0.0)
+            for (g, _), r in self.procs.items():
+                if g in totals:
+                    totals[g] += r.cpu
+            for g, total in totals.items():
+                self.series.setdefault(g, []).append((now, total))
+
+    def cpu_in(self, group: str, t0: float, t1: float) -> float | None:
+        """CPU seconds of ``group`` between two monotonic times (None: not sampled over them)."""
+        with self._lock:
+            series = list(self.series.get(group, ()))
+        if not series or t0 < series[0][0] or t1 > series[-1][0] or t1 < t0:
+            return None
+        return _at(series, t1) - _at(series, t0)
 
     def mark(self, group: str, name: str) -> None:
         self.sample()
@@ -414,6 +393,15 @@ class ProcSampler(threading.Thread):
     def processes(self, group: str) -> list[_Proc]:
         with self._lock:
             return [r for (g, _), r in self.procs.items() if g == group]
+
+
+def _at(series: list[tuple[float, float]], t: float) -> float:
+    """The series' value at ``t``, linear between the samples around it."""
+    k = bisect.bisect_left(series, (t, -1.0))
+    if k < len(series) and series[k][0] == t or k == 0:
+        return series[k][1]
+    (ta, a), (tb, b) = series[k - 1], series[min(k, len(series) - 1)]
+    return a if tb <= ta else a + (b - a) * (t - ta) / (tb - ta)
 
 
 def _short_cmd(cmdline: list[str]) -> str:

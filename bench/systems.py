@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.measure import Parser, avro_parser, json_parser
+from bench.feeds import Feed
+from bench.measure import AvroParser, JsonParser, Parser
 from bench.peers.common import prefixed_topics
+from bench.watch import Tally
 from harness.cluster import LocalCluster
 from harness.local_redis import redis_command
 from harness.ports import free_port
@@ -55,6 +57,8 @@ class Context:
     run_id: str
     partitions: int
     checkpoint_ms: int
+    #: a topic of the harness's own, where the live producer writes its first record
+    prime_topic: str = ""
 
 
 class Proc:
@@ -105,6 +109,7 @@ class System:
     key: str
     title: str
     guarantee: str
+    #: "avro" or "json" (the dataset), "index" (a pass-through stream: bench/feeds.py)
     input_format: str = "avro"
     procs: list[Proc] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -131,7 +136,11 @@ class System:
         for channel in Channel:
             lanes[self.topics.channel_topic(channel, Priority.NORMAL)] = "normal"
             lanes[self.topics.channel_topic(channel, Priority.HIGH)] = "priority"
-        return avro_parser(lanes, self.topics.duplicates)
+        return AvroParser(lanes, self.topics.duplicates)
+
+    def tally(self, feed: Feed) -> Tally:
+        """What the watcher keeps of this system's output."""
+        return feed.tally(self.parser())
 
     def start(self, ctx: Context) -> None:
         raise NotImplementedError
@@ -156,6 +165,15 @@ class System:
 
     def failure(self) -> str:
         return "\n".join(f"--- {p.name} ({p.log}):\n{p.tail()}" for p in self.procs)
+
+    def cleanup(self, ctx: Context) -> None:
+        """Delete this run's topics: the broker holds only the running system's (its per-partition
+        work would otherwise grow from round to round)."""
+        delete_topics(ctx.bootstrap, [self.input_topic, *self.output_topics, *self.extra_topics()])
+
+    def extra_topics(self) -> list[str]:
+        topics = getattr(self, "topics", None)
+        return list(topics.all()) if topics is not None else []
 
 
 # -- Flink (the job and the SQL peer) --------------------------------------------------------
@@ -205,6 +223,19 @@ class FlinkSystem(System):
                              None),
         }
 
+    def job_config(self, ctx: Context, rest_port: int, parallelism: int) -> str:
+        """The job's configuration file for this run (the job's and the ceiling's)."""
+        topics = "\n".join(f'{role} = "{name}"' for role, name in self.topics.by_role().items())
+        return "\n".join([
+            "[kafka]", f'bootstrap_servers = "{ctx.bootstrap}"', f'group_id = "{self.prefix(ctx)}"',
+            "[topics]", topics,
+            "[flink]", f"parallelism = {parallelism}",
+            f'checkpoint_dir = "{ctx.work / self.key / "checkpoints"}"',
+            f"checkpoint_interval_ms = {ctx.checkpoint_ms}", f"rest_port = {rest_port}",
+            f'transactional_id_prefix = "{self.prefix(ctx)}-{uuid.uuid4().hex[:6]}"',
+            "transaction_timeout_ms = 600000", "",
+        ])
+
     def stop(self) -> None:
         if self.job_id:
             try:
@@ -227,25 +258,13 @@ class DedupJob(FlinkSystem):
         super().__init__(f"job-p{parallelism}", f"notify-dedup job, parallelism {parallelism}", EXACTLY_ONCE)
         self.parallelism = parallelism
 
-    def config(self, ctx: Context, rest_port: int) -> str:
-        topics = "\n".join(f'{role} = "{name}"' for role, name in self.topics.by_role().items())
-        return "\n".join([
-            "[kafka]", f'bootstrap_servers = "{ctx.bootstrap}"', f'group_id = "{self.prefix(ctx)}"',
-            "[topics]", topics,
-            "[flink]", f"parallelism = {self.parallelism}",
-            f'checkpoint_dir = "{ctx.work / self.key / "checkpoints"}"',
-            f"checkpoint_interval_ms = {ctx.checkpoint_ms}", f"rest_port = {rest_port}",
-            f'transactional_id_prefix = "{self.prefix(ctx)}-{uuid.uuid4().hex[:6]}"',
-            "transaction_timeout_ms = 600000", "",
-        ])
-
     def start(self, ctx: Context) -> None:
         work = ctx.work / self.key
         work.mkdir(parents=True, exist_ok=True)
         port = free_port()
         self.rest = RestClient(f"http://127.0.0.1:{port}")
         config = work / "job.toml"
-        config.write_text(self.config(ctx, port))
+        config.write_text(self.job_config(ctx, port, self.parallelism))
         cmd = [sys.executable, "-m", "dedupctl.cli", "--config", str(config), "run",
                "--parallelism", str(self.parallelism)]
         self.procs = [Proc("job", cmd, work / "job.log")]
@@ -305,7 +324,7 @@ class DedupJobCluster(DedupJob):
         work.mkdir(parents=True, exist_ok=True)
         rest_port = free_port()
         config = work / "job.toml"
-        config.write_text(self.config(ctx, rest_port))
+        config.write_text(self.job_config(ctx, rest_port, self.parallelism))
         cluster = LocalCluster(work / "cluster", rest_port, free_port(), slots=1,
                                settings=load_settings(config, env={}))
         self.rest = cluster.rest
@@ -338,7 +357,7 @@ class FlinkSql(FlinkSystem):
                                [self.input_topic, *self.output_topics], ctx.partitions)
 
     def parser(self) -> Parser:
-        return json_parser(self.accepted, self.duplicates)
+        return JsonParser(self.accepted, self.duplicates)
 
     def start(self, ctx: Context) -> None:
         work = ctx.work / self.key
@@ -351,6 +370,45 @@ class FlinkSql(FlinkSystem):
                "--checkpoint-dir", str(work / "checkpoints"), "--checkpoint-ms", str(ctx.checkpoint_ms),
                "--rest-port", str(port), "--parallelism", str(self.parallelism), "--variant", self.variant]
         self.procs = [Proc("flink-sql", cmd, work / "flink-sql.log")]
+
+    def metrics(self, processed: int = 0) -> dict[str, Any]:
+        return {"checkpoints": self.checkpoint_stats()}
+
+
+class Ceiling(FlinkSystem):
+    """The exactly-once pass-through (bench/peers/ceiling.py): raw bytes, JVM only, with the job's
+    configuration file and so its checkpointing and sink settings."""
+
+    def __init__(self, parallelism: int = 1) -> None:
+        super().__init__("ceiling", f"exactly-once pass-through (ceiling), parallelism {parallelism}",
+                         EXACTLY_ONCE, input_format="index")
+        self.parallelism = parallelism
+        self.notes.append("Flink SQL, raw format in and out, the job's Kafka source and sink settings")
+
+    def prepare(self, ctx: Context) -> None:
+        p = self.prefix(ctx)
+        self.topics = prefixed_topics(p, f"{p}.requests")
+        self.input_topic = self.topics.requests
+        self.output_topics = [f"{p}.passthrough"]
+        kafka_io.create_topics({"bootstrap.servers": ctx.bootstrap}, [self.input_topic, *self.output_topics],
+                               ctx.partitions)
+
+    def extra_topics(self) -> list[str]:
+        return []
+
+    def tally(self, feed: Feed) -> Tally:
+        return feed.tally(None)
+
+    def start(self, ctx: Context) -> None:
+        work = ctx.work / self.key
+        work.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        self.rest = RestClient(f"http://127.0.0.1:{port}")
+        config = work / "job.toml"
+        config.write_text(self.job_config(ctx, port, self.parallelism))
+        cmd = [sys.executable, "-m", "bench.peers.ceiling", "--config", str(config),
+               "--output", self.output_topics[0]]
+        self.procs = [Proc("ceiling", cmd, work / "ceiling.log")]
 
     def metrics(self, processed: int = 0) -> dict[str, Any]:
         return {"checkpoints": self.checkpoint_stats()}
@@ -450,6 +508,19 @@ def wait_port(port: int, timeout_s: float, proc: Proc) -> None:
     raise TimeoutError(f"{proc.name} did not listen on {port}")
 
 
+def delete_topics(bootstrap: str, topics: list[str]) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    names = sorted({t for t in topics if t})
+    if not names:
+        return
+    for future in AdminClient({"bootstrap.servers": bootstrap}).delete_topics(names, operation_timeout=30).values():
+        try:
+            future.result()
+        except Exception:  # noqa: BLE001 - already gone, or never made: nothing to clean
+            pass
+
+
 def dir_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
 
@@ -478,11 +549,13 @@ def ensure_redis_server(say: Any) -> str | None:
     return found
 
 
-ALL = ("job-p1", "job-p2", "job-p2-tm2", "quix", "flink-sql-p1", "flink-sql-p2", "redis", "memory")
-QUICK = ("job-p1", "job-p2", "quix", "flink-sql-p1", "redis", "memory")
+ALL = ("ceiling", "job-p1", "job-p2", "job-p2-tm2", "quix", "flink-sql-p1", "flink-sql-p2", "redis", "memory")
+QUICK = ("ceiling", "job-p1", "quix", "flink-sql-p1", "redis", "memory")
 
 
 def make(key: str, sql_variant: str = "rownumber") -> System:
+    if key == "ceiling":
+        return Ceiling()
     if key in ("job-p1", "job-p2"):
         return DedupJob(int(key[-1]))
     if key == "job-p2-tm2":

@@ -128,7 +128,6 @@ def build_pipeline(env: StreamExecutionEnvironment, cfg: Settings) -> None:
     jvm = get_gateway().jvm
     flink = jvm.io.notifydedup.flink
     kafka = cfg.kafka
-    props = kafka.java_properties()
 
     source_builder = (
         KafkaSource.builder()
@@ -136,11 +135,8 @@ def build_pipeline(env: StreamExecutionEnvironment, cfg: Settings) -> None:
         .set_topics(cfg.topics.requests)
         .set_group_id(kafka.group_id)
         .set_starting_offsets(KafkaOffsetsInitializer.committed_offsets(KafkaOffsetResetStrategy.EARLIEST))
-        .set_property("isolation.level", "read_committed")
-        .set_property("partition.discovery.interval.ms", "30000")
-        .set_property("commit.offsets.on.checkpoint", "true")
     )
-    for key, value in props.items():
+    for key, value in flink_conf.kafka_source(cfg).items():
         source_builder.set_property(key, value)
     # each request is parsed here, once: fields, dedup key and shard, or an InvalidRecord
     source_builder._j_builder.setDeserializer(flink.RequestDeserializer(java_limits(cfg), cfg.dedup.shards))
@@ -184,14 +180,8 @@ def build_pipeline(env: StreamExecutionEnvironment, cfg: Settings) -> None:
         .set_bootstrap_servers(kafka.bootstrap_servers)
         .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)
         .set_transactional_id_prefix(cfg.flink.transactional_id_prefix)
-        .set_property("transaction.timeout.ms", str(cfg.flink.transaction_timeout_ms))
-        .set_property("enable.idempotence", "true")
-        .set_property("compression.type", kafka.sink_compression)
-        .set_property("linger.ms", str(kafka.sink_linger_ms))
-        .set_property("batch.size", "262144")
-        .set_property("max.request.size", str(kafka.sink_max_request_bytes))
     )
-    for key, value in props.items():
+    for key, value in flink_conf.kafka_sink(cfg).items():
         sink_builder.set_property(key, value)
     sink_builder._j_builder.setRecordSerializer(flink.RoutedRecordSerializer())
     DataStream(j_routed).sink_to(sink_builder.build()).name("outputs").uid(UID_SINK)

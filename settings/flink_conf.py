@@ -1,6 +1,8 @@
 """What Flink is told, in one place: the job's own settings, derived from ``Settings``, and one
 overlay per environment the job runs in.
 
+* ``kafka_source(cfg)``, ``kafka_sink(cfg)``: the Java client properties of the job's Kafka
+  source and exactly-once sink.
 * ``job(cfg)``: state backend, checkpoints, restarts, parallelism, PyFlink's execution mode: what
   the job sets itself when it starts (jobs/dedup_job.py), wherever it runs. On a cluster Flink
   stacks them over the cluster's config.yaml, and the job's win.
@@ -118,6 +120,32 @@ def python_executables(executable: str) -> Conf:
 def job(cfg: Settings) -> Conf:
     """What the job sets itself, in every environment."""
     return state_backend(cfg) | checkpointing(cfg) | restarts(cfg) | parallelism(cfg) | python_job(cfg)
+
+
+def kafka_source(cfg: Settings) -> dict[str, str]:
+    """The Java client properties of the job's KafkaSource (jobs/dedup_job.py), also the
+    benchmark's pass-through ceiling's (bench/peers/ceiling.py)."""
+    return {
+        "isolation.level": "read_committed",
+        "partition.discovery.interval.ms": "30000",
+        "commit.offsets.on.checkpoint": "true",
+        **cfg.kafka.java_properties(),
+    }
+
+
+def kafka_sink(cfg: Settings) -> dict[str, str]:
+    """The Java client properties of the job's exactly-once KafkaSink (its transactional id
+    prefix is ``flink.transactional_id_prefix``), also the benchmark's ceiling's."""
+    k = cfg.kafka
+    return {
+        "transaction.timeout.ms": str(cfg.flink.transaction_timeout_ms),
+        "enable.idempotence": "true",
+        "compression.type": k.sink_compression,
+        "linger.ms": str(k.sink_linger_ms),
+        "batch.size": "262144",
+        "max.request.size": str(k.sink_max_request_bytes),
+        **k.java_properties(),
+    }
 
 
 # -- the environments ---------------------------------------------------------------------------

@@ -103,7 +103,10 @@ class RedisStore:
         self.cfg = cfg
         self.r: Any = redis.Redis(host="127.0.0.1", port=port)
         self.r.ping()
-        self.baseline = int(self.r.info("memory")["used_memory"])
+        self.baseline = self.used_memory()
+
+    def used_memory(self) -> int:
+        return int(self.r.info("memory")["used_memory"])
 
     def decide(self, batch: Batch) -> list[Verdict]:
         """Rounds of one pipeline each: a key's n-th request of the batch goes in round n, so it

@@ -18,7 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from quixstreams import Application, State
+from quixstreams import Application
 from quixstreams.models.serializers import Serializer
 
 from bench.peers.common import accepted_outputs, duplicate_output, prefixed_topics
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in topics.outputs()
     }
 
-    def decide(value: bytes, state: State) -> list[tuple[str, bytes | None, bytes]]:
+    def decide(value: bytes, state: Any) -> list[tuple[str, bytes | None, bytes]]:
         req = codec.decode_request(value)
         key = resolve_dedup_key(req)
         stored = state.get(key)

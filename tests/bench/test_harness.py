@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import report
+from bench import report, stats
 from bench.dataset import DatasetSpec, build
 from bench.measure import (
     ProcSampler,
@@ -161,36 +161,79 @@ def test_flink_sql_peer_plans_a_deduplication() -> None:
     assert "OverAggregate(partitionBy=[k]" in plan
 
 
+def test_ceiling_plans_a_raw_pass_through(tmp_path: Path) -> None:
+    config = tmp_path / "job.toml"
+    config.write_text('[kafka]\nbootstrap_servers = "127.0.0.1:1"\n[topics]\nrequests = "in"\n'
+                      f'[flink]\ncheckpoint_dir = "{tmp_path / "ck"}"\nrest_port = 1\n')
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.peers.ceiling", "--config", str(config), "--output", "out", "--explain"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    plan = out.stdout.split("== Optimized Execution Plan ==")[-1]
+    assert "TableSourceScan(table=[[default_catalog, default_database, requests]], fields=[data])" in plan
+    assert "Calc" not in plan and "Exchange" not in plan  # bytes in, bytes out, one chain
+
+
+def bench_args(**extra: float) -> argparse.Namespace:
+    return argparse.Namespace(backlog_timeout_s=120.0, max_live_rate=500, live_fraction=0.8, live_s=2.0,
+                              live_pool=1000, broker_idle_cpu_per_s=0.01, **extra)
+
+
 def test_memory_peer_end_to_end(kafka_bootstrap: str, tmp_path: Path) -> None:
+    from bench.feeds import DatasetFeed
     from bench.run import latency_floor, run_system
     from bench.systems import Context, make
 
     ds = build(DatasetSpec(backlog=3000, live_pool=1000, partitions=2, param_bytes=240))
-    ctx = Context(bootstrap=kafka_bootstrap, work=tmp_path, run_id=f"t{time.monotonic_ns() % 10**6}",
-                  partitions=2, checkpoint_ms=500)
-    args = argparse.Namespace(backlog_timeout_s=60.0, max_live_rate=500, live_fraction=0.8, live_s=2.0,
-                              live_pool=1000)
+    run_id = f"t{time.monotonic_ns() % 10**6}"
+    ctx = Context(bootstrap=kafka_bootstrap, work=tmp_path, run_id=run_id, partitions=2, checkpoint_ms=500,
+                  prime_topic=f"bench{run_id}.prime")
     sampler = ProcSampler()
     sampler.start()
     try:
-        floor = latency_floor(ctx, ds, rate=500, seconds=1)
-        r = run_system(make("memory"), ctx, ds, args, sampler)
+        floor = latency_floor(ctx, ds, sampler, rate=500, seconds=1)
+        r = run_system(make("memory"), ctx, DatasetFeed(ds), bench_args(), sampler, 0)
     finally:
         sampler.stop()
-    assert floor["seen"] == floor["requests"] == 500
+    assert floor["seen"] == floor["requests"] == 500 and floor["p99_ms"] < 5000
     assert r["status"] == "ok", r.get("error")
     assert r["exactness"]["exact"], r["exactness"]
     assert r["exactness"]["requests"] == 3000 + r["latency"]["requests"]
     assert r["latency"]["seen"] == r["latency"]["requests"] > 0
     assert r["latency"]["p50_ms"] is not None and r["backlog"]["with_startup_rps"] > 0
     assert r["state"]["keys"] == ds.new_cum[r["exactness"]["requests"]]
+    assert r["harness"]["cpu_s"] > 0  # the watcher and the producer (the test broker is not sampled)
+    runs = [r, {**r, "round": 1}]
     results = {
         "started_at": "now", "mode": "test", "command": "pytest", "checkpoint_ms": 500, "live_s": 2.0,
         "max_live_rate": 500,
         "machine": {"nproc": 2, "loadavg_at_start": [0, 0, 0], "loadavg_at_end": [0, 0, 0]},
-        "dataset": ds.summary(), "latency_floor": floor, "systems": [r],
+        "dataset": ds.summary(), "latency_floor": floor, "runs": runs, "systems": stats.summarize(runs),
     }
     table = report.markdown(results)
-    assert "consumer loop + Python dict" in table and "| yes |" in table
+    assert "consumer loop + Python dict" in table and "| yes (2 of 2) |" in table
     if report.chart(results, tmp_path / "chart.png"):
         assert (tmp_path / "chart.png").stat().st_size > 10_000
+
+
+def test_ceiling_end_to_end(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """The pass-through on the mini-cluster: every record exactly once, and a sustained rate."""
+    from bench.feeds import IndexFeed
+    from bench.run import run_system
+    from bench.systems import Context, make
+
+    ds = build(DatasetSpec(backlog=1000, live_pool=0, partitions=2, param_bytes=240))
+    run_id = f"t{time.monotonic_ns() % 10**6}"
+    ctx = Context(bootstrap=kafka_bootstrap, work=tmp_path, run_id=run_id, partitions=2, checkpoint_ms=500)
+    sampler = ProcSampler()
+    sampler.start()
+    try:
+        r = run_system(make("ceiling"), ctx, IndexFeed(ds, backlog=60_000, live_pool=1000), bench_args(), sampler)
+    finally:
+        sampler.stop()
+    assert r["status"] == "ok", r.get("error")
+    assert r["exactness"]["exact"], r["exactness"]
+    assert r["exactness"]["expected"] == 60_000 + r["latency"]["requests"]
+    assert r["backlog"]["with_startup_rps"] > 0 and r["latency"]["seen"] == r["latency"]["requests"]
+    assert r["cpu"]["cpu_s_backlog"] > 0 and r["system_metrics"]["checkpoints"]["completed"] > 0

@@ -123,3 +123,17 @@ def test_strings_for_a_configuration() -> None:
         "a": "true", "b": "false", "c": "3", "d": "5s"}
     assert [flink_conf.duration(ms) for ms in (0, 500, 1000, 2500, 60_000, 90_000, 600_000)] == [
         "0ms", "500ms", "1s", "2500ms", "1min", "90s", "10min"]
+
+
+def test_kafka_source_and_sink_properties_follow_the_settings() -> None:
+    cfg = Settings().with_overrides(
+        flink={"transaction_timeout_ms": 123_000},
+        kafka={"sink_linger_ms": 7, "sink_compression": "lz4", "sink_max_request_bytes": 2_000_000,
+               "security_protocol": "SSL", "ssl_ca_location": "/ca.pem"},
+    )
+    sink = flink_conf.kafka_sink(cfg)
+    assert sink["transaction.timeout.ms"] == "123000" and sink["linger.ms"] == "7"
+    assert sink["compression.type"] == "lz4" and sink["max.request.size"] == "2000000"
+    assert sink["enable.idempotence"] == "true" and sink["security.protocol"] == "SSL"
+    source = flink_conf.kafka_source(cfg)
+    assert source["isolation.level"] == "read_committed" and source["ssl.truststore.location"] == "/ca.pem"
