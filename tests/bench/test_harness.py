@@ -236,4 +236,6 @@ def test_ceiling_end_to_end(kafka_bootstrap: str, tmp_path: Path) -> None:
     assert r["exactness"]["exact"], r["exactness"]
     assert r["exactness"]["expected"] == 60_000 + r["latency"]["requests"]
     assert r["backlog"]["with_startup_rps"] > 0 and r["latency"]["seen"] == r["latency"]["requests"]
-    assert r["cpu"]["cpu_s_backlog"] > 0 and r["system_metrics"]["checkpoints"]["completed"] > 0
+    # 60,000 records pass in well under a second, before the REST API even calls every task
+    # RUNNING: the CPU is asserted over the run, not over the (near-empty) backlog window
+    assert r["cpu"]["cpu_s"] > r["cpu"]["cpu_s_startup"] > 0 and r["system_metrics"]["checkpoints"]["completed"] > 0

@@ -6,7 +6,9 @@ import time
 
 import pytest
 
+from operators import codec
 from operators.records import Channel
+from ops import kafka_io
 from senders.providers import FakeProvider
 from senders.runtime.pool import build_pool, open_status_store
 from senders.statuses import CircuitState, DeliveryStatus, Lane
@@ -40,8 +42,11 @@ def test_the_priority_lane_delivers_a_code_within_a_second_while_10000_messages_
         code = channel_message(
             "otp", user="u-otp", params={"code": "493817"}, priority="high", template="otp"
         )
+        # a producer connected beforehand: the second counts from the write, not from a client's start
+        prod = kafka_io.producer({"bootstrap.servers": kafka_bootstrap})
+        prod.list_topics(cfg.topics.sms_priority, timeout=10)
         start = time.time()
-        produce_messages(kafka_bootstrap, cfg.topics.sms_priority, [code])
+        kafka_io.produce_all(prod, cfg.topics.sms_priority, [(b"u-otp", codec.encode("channel_message", code))])
         wait_until(lambda: any(r.message_key == "kotp:sms" for r in fake.received()), 5, "the code is sent")
         sent_at = next(r.at for r in fake.received() if r.message_key == "kotp:sms")
         normal_done = sum(1 for r in fake.received() if r.at <= sent_at) - 1
