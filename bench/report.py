@@ -247,7 +247,8 @@ def _engines_tables(e: dict[str, Any] | None) -> list[str]:
 
 
 LEGEND = """\
-*req/s sustained*: the backlog's rate from the times its output became visible: exactly-once
+*req/s sustained*: the backlog's rate from the times its output became visible (the output
+topics' last stable offsets, polled every 100 ms): exactly-once
 systems between the end of the first committed burst and the end of the second-to-last (whole
 commit intervals only), the others between 10% and 90% of the backlog's output. *share of
 ceiling*: that rate over the exactly-once pass-through's (the ceiling) in the same round; *×

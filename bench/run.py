@@ -50,7 +50,7 @@ from bench.dataset import Dataset, DatasetSpec, build, load
 from bench.feeds import DatasetFeed, Feed, IndexFeed
 from bench.measure import ProcSampler, git_info, machine_info, percentile, sustained_rate
 from bench.systems import ALL, QUICK, Context, System, delete_topics, ensure_redis_server, make
-from bench.watch import LiveProducer, Watcher, produce_live
+from bench.watch import CommitClock, LiveProducer, Watcher, produce_live
 from harness.local_kafka import LocalBroker
 from harness.ports import free_port
 from operators.metric_names import KEYS_HELD
@@ -210,11 +210,13 @@ def run_system(system: System, ctx: Context, feed: Feed, args: argparse.Namespac
     say(f"{run}: loaded {n:,} records into {system.input_topic} in {r['load_s']} s; starting {system.title}")
     watcher = Watcher(ctx.bootstrap, system.output_topics, system.tally(feed))
     sampler.watch("harness", watcher.pid, recursive=False)
+    clock = CommitClock(ctx.bootstrap, system.output_topics)
     mark(sampler, run, "start")
     live_count = 0
     producer: LiveProducer | None = None
     t_launch = time.monotonic()
     try:
+        clock.start()
         system.start(ctx)
         for proc in system.procs:
             sampler.watch(run, proc.pid)
@@ -227,6 +229,7 @@ def run_system(system: System, ctx: Context, feed: Feed, args: argparse.Namespac
         backlog_outputs = feed.outputs(n) if outcome == "complete" else watcher.count
         t_marked = time.monotonic()
         mark(sampler, run, "backlog")
+        clock.stop()
         r["window_s"] = round(t_marked - t_ready, 3)
         first = watcher.first_time()
         r["first_output_s"] = round(first - t_launch, 2) if first else None
@@ -241,7 +244,14 @@ def run_system(system: System, ctx: Context, feed: Feed, args: argparse.Namespac
             say(f"{run}: {r['status']}: {r['error'].splitlines()[0]}")
         else:
             t_done = watcher.time_reaching(backlog_outputs) or t_marked
-            rates = {part: sustained_rate(watcher.batches, backlog_outputs, n, system.exactly_once, window)
+            # the rate from when the broker made the output stable, not from when the watcher got
+            # to it (bench.watch.CommitClock); the watcher's times if the clock failed
+            timed = clock.batches if clock.error is None and clock.batches else watcher.batches
+            r["rate_source"] = "last stable offsets" if timed is clock.batches else "watcher reads"
+            if clock.error:
+                r["run_notes"] = [*r["run_notes"],
+                                  f"the commit clock failed ({clock.error}): rates from the watcher's reads"]
+            rates = {part: sustained_rate(timed, backlog_outputs, n, system.exactly_once, window)
                      for part, window in RATE_WINDOWS.items()}
             rate = rates["second_half"]
             r["backlog"] = {
@@ -302,6 +312,7 @@ def run_system(system: System, ctx: Context, feed: Feed, args: argparse.Namespac
         r["error"] = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}\n{system.failure()}"
         say(f"{run}: ERROR {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
     finally:
+        clock.stop()
         system.stop()
         sampler.unwatch(run)
         watcher.stop()

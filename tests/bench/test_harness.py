@@ -239,3 +239,41 @@ def test_ceiling_end_to_end(kafka_bootstrap: str, tmp_path: Path) -> None:
     # 60,000 records pass in well under a second, before the REST API even calls every task
     # RUNNING: the CPU is asserted over the run, not over the (near-empty) backlog window
     assert r["cpu"]["cpu_s"] > r["cpu"]["cpu_s_startup"] > 0 and r["system_metrics"]["checkpoints"]["completed"] > 0
+
+
+def test_commit_clock_counts_what_read_committed_may_read(kafka_bootstrap: str) -> None:
+    """The clock follows the last stable offset: an open transaction's records are not there
+    yet, its commit brings them and one marker; a plain producer's records count at once."""
+    from confluent_kafka import Producer
+
+    from bench.watch import CommitClock
+    from ops import kafka_io
+
+    topic = f"clock{time.monotonic_ns() % 10**9}"
+    kafka_io.create_topics({"bootstrap.servers": kafka_bootstrap}, [topic], 1)
+    clock = CommitClock(kafka_bootstrap, [topic], interval_s=0.05)
+    clock.start()
+    try:
+        txn = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"t-{topic}"})
+        txn.init_transactions(30)
+        txn.begin_transaction()
+        for i in range(300):
+            txn.produce(topic, value=b"%d" % i)
+        txn.flush(30)
+        time.sleep(0.5)
+        assert sum(n for _, n in clock.batches) == 0  # written, not committed: not readable
+        txn.commit_transaction(30)
+        deadline = time.monotonic() + 10
+        while sum(n for _, n in clock.batches) < 301 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sum(n for _, n in clock.batches) == 301  # the records and the commit marker
+        plain = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": "true"})
+        for i in range(100):
+            plain.produce(topic, value=b"%d" % i)
+        plain.flush(30)
+    finally:
+        clock.stop()  # one last answer after the poller stops
+    assert clock.error is None
+    assert sum(n for _, n in clock.batches) == 401
+    times = [t for t, _ in clock.batches]
+    assert times == sorted(times)
