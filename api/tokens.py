@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from api.expiring import Expiring
 from operators.records import Category
 from senders.store.db import Database
 
@@ -122,25 +122,10 @@ class TokenCache:
     """Verified tokens (by hash) kept for ``ttl_s``; unknown tokens are not kept."""
 
     def __init__(self, ttl_s: float, clock: Callable[[], float] = time.monotonic, max_entries: int = 10_000) -> None:
-        self._ttl_s = ttl_s
-        self._clock = clock
-        self._max = max_entries
-        self._entries: dict[str, tuple[float, Caller]] = {}
-        self._lock = threading.Lock()
+        self._callers: Expiring[str, Caller] = Expiring(ttl_s, clock, max_entries)
 
     def get(self, token: str) -> Caller | None:
-        key = token_hash(token)
-        with self._lock:
-            hit = self._entries.get(key)
-            if hit is not None and hit[0] > self._clock():
-                return hit[1]
-        return None
+        return self._callers.get(token_hash(token))
 
     def put(self, token: str, caller: Caller) -> None:
-        now = self._clock()
-        with self._lock:
-            if len(self._entries) >= self._max:
-                self._entries = {k: v for k, v in self._entries.items() if v[0] > now}
-                if len(self._entries) >= self._max:
-                    self._entries.clear()
-            self._entries[token_hash(token)] = (now + self._ttl_s, caller)
+        self._callers.put(token_hash(token), caller)

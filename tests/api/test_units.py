@@ -131,3 +131,25 @@ def test_prune_drops_expired_keys_and_records_past_the_retention(tmp_path: Path)
     assert reserve_key(db, "new", "fp", "x", "u", now_ms=95_000, ttl_ms=10_000, stale_ms=1_000).outcome is (
         Reservation.REPLAY)
     db.close()
+
+
+def test_expiring_keeps_entries_for_their_time_and_within_its_bound() -> None:
+    from api.expiring import Expiring
+
+    now = [0.0]
+    cache: Expiring[str, int] = Expiring(10.0, clock=lambda: now[0], max_entries=2)
+    cache.put("a", 1)
+    now[0] = 5.0
+    cache.put("b", 2)
+    assert (cache.get("a"), cache.get("b")) == (1, 2)
+    now[0] = 10.0  # a's time is up, b's is not
+    assert (cache.get("a"), cache.get("b")) == (None, 2)
+    cache.put("c", 3)  # full: the expired a goes, b stays
+    assert (cache.get("b"), cache.get("c")) == (2, 3)
+    cache.put("d", 4)  # full of live entries: all go, d is kept
+    assert (cache.get("b"), cache.get("c"), cache.get("d")) == (None, None, 4)
+    cache.drop("d")
+    assert cache.get("d") is None
+    never: Expiring[str, int] = Expiring(0.0)
+    never.put("a", 1)
+    assert never.get("a") is None
