@@ -3,7 +3,6 @@ messages to produce, and readers of what the workers wrote (read_committed, deco
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import time
@@ -14,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import SecretStr
 
 from operators import codec
 from operators.contract import Topics
@@ -177,27 +175,6 @@ def senders_settings(
         return cfg
 
     return make
-
-
-def write_config(cfg: Settings, path: Path) -> Path:
-    """The test's settings as a TOML file, for ``dedupctl --config``."""
-    lines: list[str] = []
-    for section in ("kafka", "topics", "senders"):
-        lines.append(f"[{section}]")
-        part = getattr(cfg, section)
-        items = part.by_role().items() if section == "topics" else ((n, getattr(part, n)) for n in type(part).model_fields)
-        for name, value in items:
-            if value is None:
-                continue
-            if isinstance(value, bool):
-                lines.append(f"{name} = {str(value).lower()}")
-            elif isinstance(value, int | float):
-                lines.append(f"{name} = {value!r}")
-            else:
-                text = value.get_secret_value() if isinstance(value, SecretStr) else str(value)
-                lines.append(f"{name} = {json.dumps(text)}")
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
 
 
 def channel_message(

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from dedupctl.cli import main as dedupctl
+from harness.settings_file import write_settings
 from operators.records import Channel
 from ops import kafka_io
 from senders.providers import FakeProvider
@@ -21,7 +22,6 @@ from tests.senders.conftest import (
     produce_messages,
     read_records,
     wait_until,
-    write_config,
 )
 
 pytestmark = pytest.mark.integration
@@ -56,7 +56,7 @@ def test_a_dead_letter_is_redriven_once(
     cfg = senders_settings(max_attempts=2)
     fake = FakeProvider(script={address_of("user-1", SMS): ["transient", "transient", "ok"]})
     _settle(cfg, fake, {"k1:sms": DeliveryStatus.FAILED}, produce=[1])
-    config = str(write_config(cfg, tmp_path / "c.toml"))
+    config = str(write_settings(cfg, tmp_path / "c.toml"))
 
     assert dedupctl(["--config", config, "senders", "redrive"]) == 0
     assert "redriven: 1" in capsys.readouterr().out
@@ -80,7 +80,7 @@ def test_redrive_filters_and_a_dry_run(
     cfg = senders_settings(max_attempts=1)
     fake = FakeProvider(script={address_of("user-1", SMS): ["rejected", "ok"], address_of("user-2", SMS): ["transient", "ok"]})
     _settle(cfg, fake, {"k1:sms": DeliveryStatus.FAILED, "k2:sms": DeliveryStatus.FAILED}, produce=[1, 2])
-    config = str(write_config(cfg, tmp_path / "c.toml"))
+    config = str(write_settings(cfg, tmp_path / "c.toml"))
 
     assert dedupctl(["--config", config, "senders", "redrive", "--reason", "permanent_failure", "--dry-run"]) == 0
     assert "would redrive: 1" in capsys.readouterr().out
@@ -105,6 +105,6 @@ def test_a_redrive_cut_short_is_finished_by_the_next(
     # a redrive that stopped after the store, before Kafka: the row is queued, nothing was produced
     store.begin_redrive((letter.topic, letter.partition, letter.offset), "k1:sms", 1)
     assert store.get("k1:sms").status is DeliveryStatus.QUEUED  # type: ignore[union-attr]
-    assert dedupctl(["--config", str(write_config(cfg, tmp_path / "c.toml")), "senders", "redrive"]) == 0
+    assert dedupctl(["--config", str(write_settings(cfg, tmp_path / "c.toml")), "senders", "redrive"]) == 0
     assert "redriven: 1" in capsys.readouterr().out
     _settle(cfg, fake, {"k1:sms": DeliveryStatus.SENT})

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from dedupctl.cli import main as dedupctl
+from harness.settings_file import write_settings
 from operators.records import Channel
 from senders.errors import ProviderPermanentError
 from senders.profiles.model import parse_profile
@@ -26,7 +27,6 @@ from tests.senders.conftest import (
     read_records,
     sample_message,
     wait_until,
-    write_config,
 )
 from tests.senders.fake_http import FakeHttpProvider
 
@@ -179,7 +179,7 @@ def test_dedupctl_senders_addresses_reactivate(
     cfg = senders_settings()
     fake = FakeProvider(script={"+15550100": ["permanent", "ok"]})
     _deactivate_one(cfg, kafka_bootstrap, fake)
-    config = write_config(cfg, tmp_path / "c.toml")
+    config = write_settings(cfg, tmp_path / "c.toml")
     assert dedupctl(["--config", str(config), "senders", "addresses", "reactivate", "--channel", "sms", "+15550100"]) == 0
     assert dedupctl(["--config", str(config), "senders", "addresses", "reactivate", "--channel", "sms", "+15550100"]) == 3
     out = capsys.readouterr().out
