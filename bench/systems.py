@@ -181,6 +181,7 @@ class System:
 
 class FlinkSystem(System):
     rest: RestClient
+    parallelism: int = 1
     job_id: str | None = None
 
     def wait_ready(self, timeout_s: float) -> None:
@@ -223,6 +224,15 @@ class FlinkSystem(System):
                              None),
         }
 
+    def write_job_config(self, ctx: Context) -> tuple[Path, Path, int]:
+        """This run's working directory, the job's configuration file in it, and its REST port."""
+        work = ctx.work / self.key
+        work.mkdir(parents=True, exist_ok=True)
+        rest_port = free_port()
+        config = work / "job.toml"
+        config.write_text(self.job_config(ctx, rest_port, self.parallelism))
+        return work, config, rest_port
+
     def job_config(self, ctx: Context, rest_port: int, parallelism: int) -> str:
         """The job's configuration file for this run (the job's and the ceiling's)."""
         topics = "\n".join(f'{role} = "{name}"' for role, name in self.topics.by_role().items())
@@ -259,12 +269,8 @@ class DedupJob(FlinkSystem):
         self.parallelism = parallelism
 
     def start(self, ctx: Context) -> None:
-        work = ctx.work / self.key
-        work.mkdir(parents=True, exist_ok=True)
-        port = free_port()
+        work, config, port = self.write_job_config(ctx)
         self.rest = RestClient(f"http://127.0.0.1:{port}")
-        config = work / "job.toml"
-        config.write_text(self.job_config(ctx, port, self.parallelism))
         cmd = [sys.executable, "-m", "dedupctl.cli", "--config", str(config), "run",
                "--parallelism", str(self.parallelism)]
         self.procs = [Proc("job", cmd, work / "job.log")]
@@ -320,11 +326,7 @@ class DedupJobCluster(DedupJob):
         self.taskmanagers = taskmanagers
 
     def start(self, ctx: Context) -> None:
-        work = ctx.work / self.key
-        work.mkdir(parents=True, exist_ok=True)
-        rest_port = free_port()
-        config = work / "job.toml"
-        config.write_text(self.job_config(ctx, rest_port, self.parallelism))
+        work, config, rest_port = self.write_job_config(ctx)
         cluster = LocalCluster(work / "cluster", rest_port, free_port(), slots=1,
                                settings=load_settings(config, env={}))
         self.rest = cluster.rest
@@ -400,12 +402,8 @@ class Ceiling(FlinkSystem):
         return feed.tally(None)
 
     def start(self, ctx: Context) -> None:
-        work = ctx.work / self.key
-        work.mkdir(parents=True, exist_ok=True)
-        port = free_port()
+        work, config, port = self.write_job_config(ctx)
         self.rest = RestClient(f"http://127.0.0.1:{port}")
-        config = work / "job.toml"
-        config.write_text(self.job_config(ctx, port, self.parallelism))
         cmd = [sys.executable, "-m", "bench.peers.ceiling", "--config", str(config),
                "--output", self.output_topics[0]]
         self.procs = [Proc("ceiling", cmd, work / "ceiling.log")]
