@@ -17,6 +17,9 @@ from senders.profiles.model import (
     SmsContact,
 )
 
+#: the largest value of an Avro long (what the request record's numbers are)
+AVRO_LONG_MAX = 2**63 - 1
+
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -26,6 +29,7 @@ class ErrorBody(BaseModel):
     error: str = Field(description="a short machine code: invalid_request, unknown_template, ...")
     message: str
     problems: list[str] | None = Field(default=None, description="one line per problem, by field")
+    scope: str | None = Field(default=None, description="403: the scope the route needs")
 
 
 class NotificationIn(Strict):
@@ -39,7 +43,9 @@ class NotificationIn(Strict):
     event_time: datetime | int | None = Field(
         default=None, description="ISO-8601 with an offset, or epoch milliseconds; default: now"
     )
-    dedup_ttl_sec: int | None = Field(default=None, ge=1, description="the dedup window of this request")
+    dedup_ttl_sec: int | None = Field(default=None, ge=1, le=AVRO_LONG_MAX,
+                                      description="the dedup window of this request (the job clamps it to"
+                                      " dedup.max_window_sec)")
 
 
 class NotificationAccepted(BaseModel):
@@ -126,11 +132,18 @@ class DeviceIn(Strict):
 
 
 class Erased(BaseModel):
+    """What was removed (counts of rows)."""
+
     user_id: str
     profile: bool
     contacts: int
     statuses: int
     requests: int
+    idempotency_keys: int = 0
+    verdicts: int = 0
+    receipts: int = 0
+    limit_counters: int = 0
+    campaign_entries: int = 0
 
 
 class ReceiptIn(Strict):

@@ -86,4 +86,4 @@ def preferences_document(profile: Preferences) -> dict[str, object]:
 
 def open_profile(preferences: dict[str, object], rows: Iterable[SealedContact], cipher: ContactCipher) -> Profile:
     """A profile from its stored preferences document and contact rows; raises ProfileError."""
-    return parse_profile({**preferences, "contacts": open_contacts(rows, cipher)})
+    return parse_profile({**preferences, "contacts": open_contacts(rows, cipher)}, stored=True)

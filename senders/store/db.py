@@ -169,7 +169,7 @@ class Database:
             for ddl in SCHEMA:
                 cur.execute(ddl)
             for table, column, kind in ADDED_COLUMNS:
-                if column not in self._columns(cur, table):
+                if column not in self.columns(cur, table):
                     cur.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
             for ddl in INDEXES:
                 cur.execute(ddl)
@@ -183,7 +183,13 @@ class Database:
             for ddl in statements:
                 cur.execute(ddl)
 
-    def _columns(self, cur: Any, table: str) -> set[str]:
+    def lock_schema(self, cur: Any) -> None:
+        """Inside a transaction: serialise it with every other schema change (PostgreSQL)."""
+        if self.dialect == "postgresql":
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+
+    def columns(self, cur: Any, table: str) -> set[str]:
+        """A table's column names (empty when there is no such table)."""
         if self.dialect == "postgresql":
             cur.execute(
                 "SELECT column_name FROM information_schema.columns WHERE table_name = %s"

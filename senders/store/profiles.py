@@ -22,9 +22,10 @@ from typing import Any
 
 from operators.records import Channel
 from senders.profiles.crypto import ContactCipher
-from senders.profiles.model import Contacts, Platform, Preferences, Profile, ProfileError, parse_profile
+from senders.profiles.model import STORED, Contacts, Platform, Preferences, Profile, ProfileError, parse_profile
 from senders.profiles.sealed import SealedContact, open_contacts, preferences_document, seal_contacts
 from senders.profiles.updates import add_device, apply_contacts, apply_preferences
+from senders.rules.limits import MARKETING_PREFIX, ONE_TIME_CODE_PREFIX, is_recipients_counter, is_users_counter
 from senders.store.db import Database
 from senders.store.status import erase_user_rows
 
@@ -55,6 +56,7 @@ class Erased:
     profile: bool
     contacts: int
     statuses: int
+    limit_counters: int = 0
 
 
 def _now_ms() -> int:
@@ -97,7 +99,7 @@ class ProfileStore:
             return NO_PROFILE
         contacts = open_contacts([row for row, _ in sealed], self._cipher)
         try:
-            preferences: Preferences | None = Preferences.model_validate(json.loads(document))
+            preferences: Preferences | None = Preferences.model_validate(json.loads(document), context=STORED)
         except ValueError:  # pydantic's ValidationError is one: a document this code cannot read
             preferences = None
         return ProfileRead(preferences, contacts, self._registered(sealed))
@@ -115,7 +117,8 @@ class ProfileStore:
             preferences = json.loads(document)
         except ValueError:
             raise ProfileError(["the stored preferences are not JSON"]) from None
-        return parse_profile({**preferences, "contacts": open_contacts([r for r, _ in sealed], self._cipher)})
+        return parse_profile({**preferences, "contacts": open_contacts([r for r, _ in sealed], self._cipher)},
+                             stored=True)
 
     def users_with(self, channel: Channel, address: str) -> list[str]:
         """The users holding an address (under any configured lookup key)."""
@@ -212,21 +215,32 @@ class ProfileStore:
         return self._update(user_id, lambda p: add_device(p, token, platform), [(Channel.PUSH, token)])
 
     def erase(self, user_id: str) -> Erased:
-        """Remove the profile, its contacts, the user's status history and the limit units that
-        name the user or the user's addresses, in one transaction."""
+        """Remove the profile, its contacts, the user's status history and limit counters, in
+        one transaction. (Everything the API keeps of a user too: ``api.erase.erase_user``.)"""
         with self._db.tx() as cur:
-            document, sealed = self._rows(cur, user_id)
-            prefixes = [f"marketing:{user_id}:"]
-            for row, _ in sealed:
-                try:
-                    address = self._cipher.decrypt(row.address_enc)
-                except ProfileError:
-                    continue  # no key opens it: its units expire within the hour
-                prefixes += [f"otp:{h}:" for h in self._cipher.lookup_hashes(row.channel, address)]
-            self._db.exec(cur, "DELETE FROM user_contact WHERE user_id = ?", (user_id,))
-            self._db.exec(cur, "DELETE FROM user_profile WHERE user_id = ?", (user_id,))
-            statuses = erase_user_rows(self._db, cur, user_id, prefixes)
-        return Erased(document is not None, len(sealed), statuses)
+            return self.erase_rows(cur, user_id)
+
+    def erase_rows(self, cur: Any, user_id: str) -> Erased:
+        """Inside a transaction: the profile, its contacts, the user's status history, and the
+        limit counters that are the user's (marketing, by the user id) or the user's addresses'
+        (one-time codes, by each lookup hash of each address), matched by exact key."""
+        document, sealed = self._rows(cur, user_id)
+        recipients: list[str] = []
+        for row, _ in sealed:
+            try:
+                address = self._cipher.decrypt(row.address_enc)
+            except ProfileError:
+                continue  # no key opens it: its units expire within the hour
+            recipients += self._cipher.lookup_hashes(row.channel, address)
+        prefixes = [f"{MARKETING_PREFIX}{user_id}:", *(f"{ONE_TIME_CODE_PREFIX}{h}:" for h in recipients)]
+
+        def owns(key: str) -> bool:
+            return is_users_counter(key, user_id) or any(is_recipients_counter(key, h) for h in recipients)
+
+        self._db.exec(cur, "DELETE FROM user_contact WHERE user_id = ?", (user_id,))
+        self._db.exec(cur, "DELETE FROM user_profile WHERE user_id = ?", (user_id,))
+        statuses, counters = erase_user_rows(self._db, cur, user_id, prefixes, owns)
+        return Erased(document is not None, len(sealed), statuses, counters)
 
     def rotate(self) -> int:
         """Re-encrypt every contact with the newest encryption key and re-hash it with the newest
