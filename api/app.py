@@ -7,6 +7,7 @@ the producer flushed, the store closed. ``create_app()`` alone serves the OpenAP
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -162,12 +163,16 @@ def create_app(factory: Callable[[], Services] | None = None) -> FastAPI:
         svc = factory()
         app.state.services = svc
         svc.start()
+        # what start-up made lives as long as the process: out of the collector's sight, a full
+        # collection no longer walks it (one took 80-180 ms of every thread's time, the loop's too)
+        gc.freeze()
         logger.info("the API is ready")
         try:
             yield
         finally:
             logger.info("the API is stopping: campaigns, verdicts, the producer (flush), the store")
             svc.stop()
+            gc.unfreeze()
 
     app = FastAPI(title=TITLE, version=VERSION, lifespan=lifespan, docs_url=None, redoc_url=None,
                   generate_unique_id_function=lambda route: route.name)

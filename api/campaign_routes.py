@@ -12,10 +12,11 @@ parsed and its segment read and checked in a worker thread, never on the event l
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from pathlib import Path as FilePath
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request
 from fastapi.exceptions import RequestValidationError
@@ -50,11 +51,37 @@ def campaign_out(c: campaigns.Campaign) -> CampaignOut:
     )
 
 
+def _invalid(errors: list[dict[str, Any]]) -> RequestValidationError:
+    return RequestValidationError(errors)
+
+
 def parse_body(raw: bytes) -> CampaignIn:
+    """The body, validated. The segment (up to 100,000 ids) is checked by a Python loop, which
+    lets the event loop's thread in between; pydantic would check it in one call that holds the
+    GIL (70 ms for 100,000 ids on a loaded 2-core machine), stalling every request meanwhile."""
     try:
-        return CampaignIn.model_validate_json(raw)
+        doc = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise _invalid([{"loc": (), "msg": "the body is not JSON", "type": "json_invalid"}]) from None
+    if not isinstance(doc, dict):
+        raise _invalid([{"loc": (), "msg": "the body must be a JSON object", "type": "model_type"}])
+    segment = doc.pop("segment", None)
+    try:
+        body = CampaignIn.model_validate(doc)
     except ValidationError as exc:
-        raise RequestValidationError(exc.errors(include_url=False, include_input=False)) from None
+        raise _invalid([dict(e) for e in exc.errors(include_url=False, include_input=False)]) from None
+    if segment is None:
+        return body
+    if not isinstance(segment, list):
+        raise _invalid([{"loc": ("segment",), "msg": "Input should be a valid list", "type": "list_type"}])
+    if not segment:
+        raise _invalid([{"loc": ("segment",), "msg": "List should have at least 1 item after validation",
+                         "type": "too_short"}])
+    wrong = [{"loc": ("segment", n), "msg": "Input should be a valid string", "type": "string_type"}
+             for n, user in enumerate(segment) if not isinstance(user, str)]
+    if wrong:
+        raise _invalid(wrong[:10])
+    return body.model_copy(update={"segment": segment})
 
 
 def segment_of(body: CampaignIn, s: Services) -> list[str]:
@@ -76,7 +103,12 @@ def segment_of(body: CampaignIn, s: Services) -> list[str]:
                 users = [line.strip() for line in f if line.strip()]
         except (OSError, UnicodeDecodeError):
             raise bad_request(f"segment file {name} cannot be read", code="invalid_segment") from None
-    unique = list(dict.fromkeys(users))
+    seen: set[str] = set()
+    unique = []
+    for user in users:  # a loop, which lets the event loop in (dict.fromkeys would hold it 20 ms)
+        if user not in seen:
+            seen.add(user)
+            unique.append(user)
     if not unique:
         raise bad_request("the segment is empty", code="invalid_segment")
     if len(unique) > s.cfg.api.max_campaign_users:

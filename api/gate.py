@@ -71,7 +71,9 @@ class Gate:
             if message["type"] == "http.response.start":
                 status[0] = int(message["status"])
                 started[0] = True
-                message["headers"] = [*message.get("headers", ()), NOSNIFF]
+                headers = list(message.get("headers", ()))
+                if all(bytes(k).lower() != NOSNIFF[0] for k, _ in headers):
+                    message["headers"] = [*headers, NOSNIFF]
             await send(message)
 
         try:

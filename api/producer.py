@@ -150,4 +150,6 @@ class RequestProducer:
             self._prober.join(max(0.1, deadline - time.monotonic()))
         if left:
             logger.warning("%d records were not delivered before the shutdown", left)
+        else:
+            self._producer.close()  # its threads and connections go now, not when it is collected
         return int(left)
