@@ -46,6 +46,8 @@ SUPPORT_HEADERS = {
 LINKS: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {
     ("/v1/notifications", "post", "202"): {
         "GetNotification": {"operationId": "get_notification", "parameters": {"notification_id": "$response.body#/id"}},
+        "SupportNotification": {"operationId": "support_notification",
+                                "parameters": {"notification_id": "$response.body#/id"}},
     },
     ("/v1/users/{user_id}/contacts", "put", "200"): {
         "GetUser": {"operationId": "get_user", "parameters": {"user_id": "$response.body#/user_id"}},
@@ -63,6 +65,11 @@ LINKS: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {
                           "parameters": {"campaign_id": "$response.body#/campaign_id"}},
         "SupportCampaign": {"operationId": "support_campaign",
                             "parameters": {"campaign_id": "$response.body#/campaign_id"}},
+        "SupportPause": {"operationId": "support_pause", "parameters": {"campaign_id": "$response.body#/campaign_id"}},
+    },
+    ("/v1/support/campaigns/{campaign_id}/pause", "post", "200"): {
+        "SupportResume": {"operationId": "support_resume",
+                          "parameters": {"campaign_id": "$response.body#/campaign_id"}},
     },
     ("/v1/campaigns/{campaign_id}/pause", "post", "200"): {
         "ResumeCampaign": {"operationId": "resume_campaign",

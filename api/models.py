@@ -33,6 +33,10 @@ class ErrorBody(BaseModel):
 
 
 class NotificationIn(Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"user_id": "nusrat", "template": "order_shipped", "params": {"order": "BD-7790"}, "channels": ["sms"]},
+    ]})
+
     user_id: str = Field(min_length=1, examples=["nusrat"])
     template: str = Field(min_length=1, examples=["order_shipped"])
     params: dict[str, str] = Field(default_factory=dict, examples=[{"order": "BD-7790"}])
@@ -111,6 +115,8 @@ class ContactsIn(Strict):
     """Each channel given replaces that channel's list; an address the profile holds, given as a
     string, keeps its flags (senders/profiles/updates.py)."""
 
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"sms": ["+8801711000001"]}]})
+
     push: list[str | PushContact] | None = Field(default=None, max_length=MAX_CONTACTS_PER_CHANNEL)
     sms: list[str | SmsContact] | None = Field(default=None, max_length=MAX_CONTACTS_PER_CHANNEL)
     email: list[str | EmailContact] | None = Field(default=None, max_length=MAX_CONTACTS_PER_CHANNEL)
@@ -126,6 +132,10 @@ class ProfileOut(BaseModel):
 
 
 class DeviceIn(Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"user_id": "nusrat", "token": "tok-nusrat-2", "platform": "android"},
+    ]})
+
     user_id: str = Field(min_length=1)
     token: str = Field(min_length=1, max_length=MAX_TOKEN_CHARS)
     platform: Platform
@@ -159,6 +169,10 @@ class ReceiptOut(BaseModel):
 
 
 class CampaignIn(Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"template": "eid_sale", "segment": ["nusrat", "bruno"], "params": {"pct": "20"}, "rate": 10},
+    ]})
+
     template: str = Field(min_length=1, examples=["eid_sale"])
     segment: list[str] | None = Field(default=None, min_length=1, description="the user ids")
     segment_file: str | None = Field(default=None, description="a file of user ids, one a line, in api.segments_dir")

@@ -75,7 +75,8 @@ def dedup_space(caller: Caller, namespace: str | None) -> str:
 async def post_notification(
     body: NotificationIn,
     request: Request,
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", examples=["evt-2"], description=(
+        "the caller's key of this request (UTF-8): the same key and body again gets the first answer"))] = None,
     dedup_namespace: Annotated[str | None, Header(alias=NAMESPACE_HEADER, description=(
         "a shared dedup namespace the caller was granted: the dedup key is then ns:<namespace>/<key>"))] = None,
 ) -> Any:

@@ -33,8 +33,14 @@ def test_the_served_openapi_document_is_the_committed_one(running_api: RunningAp
 
 
 def test_schemathesis_finds_no_server_error_and_no_answer_outside_the_document(running_api: RunningApi) -> None:
+    """Every route, with inputs from the document (examples, the coverage phase's edges and
+    invalid values, fuzzing) and, in the stateful phase, chains that follow the document's links
+    (a notification written, then read; a profile written, read, listed, erased; a campaign
+    created, read, paused, resumed): no answer is a 5xx, and every answer is as documented. A
+    caller with every scope, so the routes' own checks are what is reached."""
     register_users(running_api.cfg, ["nusrat", "bruno"])
-    token = running_api.token("fuzz", categories=(Category.TRANSACTIONAL, Category.MARKETING), scopes=ALL_SCOPES)
+    token = running_api.token("fuzz", categories=(Category.TRANSACTIONAL, Category.MARKETING), scopes=ALL_SCOPES,
+                              rate=1000)
     run = subprocess.run(
         [str(REPO_ROOT / ".venv" / "bin" / "schemathesis") if (REPO_ROOT / ".venv").exists()
          else shutil.which("schemathesis") or "schemathesis",
@@ -42,11 +48,12 @@ def test_schemathesis_finds_no_server_error_and_no_answer_outside_the_document(r
          "--checks", "not_a_server_error,status_code_conformance,content_type_conformance,"
                      "response_headers_conformance,response_schema_conformance",
          "--max-examples", "15", "--seed", "15", "--request-timeout", "20",
-         "--phases", "examples,coverage,fuzzing",
+         "--phases", "examples,coverage,fuzzing,stateful",
          "-H", f"Authorization: Bearer {token}"],
         capture_output=True, text=True, timeout=600, cwd=REPO_ROOT,
     )
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    assert "Stateful" in run.stdout and "links" in run.stdout.lower(), run.stdout[-3000:]
 
 
 # -- the support page ------------------------------------------------------------------------------
