@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from api.scopes import Scope
 from operators import codec
 from operators.records import Category, Channel, NotificationRequest
 from ops import kafka_io
@@ -117,6 +118,31 @@ def test_the_same_idempotency_key_twice_gives_one_message(pipeline: Pipeline) ->
     messages = read_records(p.bootstrap, p.cfg.topics.sms, "channel_message")
     assert [m["notification_id"] for m in messages if m["dedup_key"] == "shop/evt-twice"] == [nid]
     assert len([c for c in p.fake.to(address_of("chen", Channel.SMS)) if c.body["text"].find("CN-1") >= 0]) == 1
+
+
+def test_an_unverified_address_gets_no_message_unless_the_template_verifies_it(pipeline: Pipeline) -> None:
+    """The contact's verified flag, written with profiles:write, read by the senders (issue 20:
+    they never read it): order_shipped to a user whose only phone is unverified is skipped,
+    no_verified_address; the one-time code (allow_unverified) goes to it."""
+    p = pipeline
+    writer = p.api.token("profile-writer", scopes=(Scope.PROFILES_WRITE,))
+    phone = "+15550009901"
+    assert p.client(p.sender).put("/v1/users/unverified/contacts", json={"sms": [phone]}).status_code == 403
+    written = p.client(writer).put("/v1/users/unverified/contacts", json={"sms": [{"address": phone, "verified": False}]})
+    assert written.status_code == 200, written.text
+    shipped = post(p, "evt-unverified", {**SHIPPED, "user_id": "unverified"})
+    assert shipped.status_code == 202 and (shipped.json()["queued"], shipped.json()["skipped"]) == (
+        [], ["sms: no verified address"])
+    nid = shipped.json()["id"]
+    wait_until(lambda: p.status(nid)["channels"]["sms"]["status"] == "skipped", 60, lambda: str(p.status(nid)))
+    assert p.status(nid)["channels"]["sms"]["reason"] == "no_verified_address"
+    code = post(p, "evt-otp-unverified", {"user_id": "unverified", "template": "otp", "params": {"code": "482913"},
+                                          "priority": "high"})
+    assert code.status_code == 202 and code.json()["queued"] == ["sms"], code.text
+    wait_until(lambda: p.status(code.json()["id"])["channels"]["sms"]["status"] == "sent", 60,
+               lambda: str(p.status(code.json()["id"])))
+    assert [c.body["text"] for c in p.fake.to(phone)] == [
+        "Your code is 482913. It expires in 10 minutes. Never share it."]
 
 
 def test_every_error_code(pipeline: Pipeline) -> None:
