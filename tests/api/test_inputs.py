@@ -33,8 +33,10 @@ def api(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 def test_a_webhook_timestamp_that_is_a_digit_but_not_ascii_is_401(api: RunningApi) -> None:
     raw = json.dumps({"message_id": "m", "status": "delivered"}).encode()
-    for stamp in ("²", "１２３", "٣"):  # str.isdigit() is true for each; int() of the first raises
-        headers = {TIMESTAMP_HEADER: stamp.encode(), SIGNATURE_HEADER: sign(WEBHOOK_SECRET.encode(), 1, raw).encode(),
+    # header bytes reach the app decoded as latin-1: b"\xb2" is "²", whose str.isdigit() is true
+    # and int() raises; others arrive as UTF-8 bytes
+    for stamp in ("²".encode("latin-1"), "¹²³".encode("latin-1"), "１２３".encode(), "٣".encode()):
+        headers = {TIMESTAMP_HEADER: stamp, SIGNATURE_HEADER: sign(WEBHOOK_SECRET.encode(), 1, raw).encode(),
                    "Content-Type": b"application/json"}
         reply = api.client(None).post("/webhooks/127.0.0.1", content=raw, headers=headers)
         assert (reply.status_code, reply.json()["error"]) == (401, "unauthorized"), (stamp, reply.text)
