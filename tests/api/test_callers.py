@@ -19,6 +19,7 @@ from harness.settings_file import write_settings
 from operators.records import Category
 from senders.store.db import Database, open_database
 from settings import REPO_ROOT, Settings
+from tests.senders.conftest import store_location  # noqa: F401 - the fixture (SQLite and PostgreSQL)
 
 SHOP = Caller("shop", frozenset({Scope.SEND, Scope.STATUS_READ}), frozenset({Category.TRANSACTIONAL}))
 
@@ -98,8 +99,9 @@ def test_docs_and_readme_show_the_route_scope_table() -> None:
         assert table in doc.read_text(encoding="utf-8"), f"{doc.name}: run `dedupctl api scopes` and paste its table"
 
 
-def test_an_earlier_token_table_is_migrated_in_place_with_send_and_status_read(tmp_path: Path) -> None:
-    db = open_database(str(tmp_path / "old.sqlite3"), synchronous="NORMAL")
+def test_an_earlier_token_table_is_migrated_in_place_with_send_and_status_read(store_location: str) -> None:  # noqa: F811
+    """On SQLite and on PostgreSQL."""
+    db = open_database(store_location, synchronous="NORMAL")
     legacy = [s.replace("api_token (\n        token_hash TEXT PRIMARY KEY,\n        caller TEXT NOT NULL,\n"
                         "        created_ms BIGINT NOT NULL,\n        expires_ms BIGINT,", "api_token (\n"
                         "        token_hash TEXT PRIMARY KEY, caller TEXT NOT NULL, categories TEXT NOT NULL,"
