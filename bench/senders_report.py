@@ -13,7 +13,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 
-
 def nearest_rank(sorted_values: Sequence[float], q: float) -> float | None:
     """The q-th percentile (0..100) of sorted values by nearest rank: the smallest value with at
     least q% of the values at or below it."""
