@@ -83,10 +83,10 @@ class Plan:
     label: str = ""
 
 
-QUICK = Plan("quick", ("push", "sms", "email"), STORES, (0, 50, 200), users=3000, bound_s=60,
+QUICK = Plan("quick", ("push", "sms", "email"), STORES, (0, 50, 200), users=6000, bound_s=60,
              isolation_stores=("sqlite",), isolation_latency_ms=200, campaign=20_000, codes=120, code_rate=20,
              isolation_bound_s=120)
-FULL = Plan("full", ("push", "sms", "email"), STORES, (0, 50, 200), users=20_000, bound_s=300,
+FULL = Plan("full", ("push", "sms", "email"), STORES, (0, 50, 200), users=30_000, bound_s=300,
             isolation_stores=("sqlite", "postgresql"), isolation_latency_ms=200, campaign=100_000, codes=300,
             code_rate=20, isolation_bound_s=600)
 
@@ -271,6 +271,12 @@ class Bench:
                 p.proc.terminate(grace_s=p.grace_s)
             self.env.sampler.unwatch(group)
 
+    def _check_alive(self, space: RunSpace, procs: Sequence[SenderProc]) -> None:
+        for p in procs:
+            if not p.proc.alive():
+                self.failures.append(f"{space.name}: a senders process exited ({p.proc.popen.returncode}), see"
+                                     f" {p.proc.log}: {p.proc.tail(3)}")
+
     # -- a throughput run -----------------------------------------------------------------------
 
     def throughput(self, channel: Channel, store: str, latency_ms: int) -> dict[str, Any]:
@@ -294,6 +300,7 @@ class Bench:
             counter = _settle_and_count(procs, stub.count(channel.value))
             for p in procs:
                 p.grace_s = 30.0 if complete else 5.0
+            self._check_alive(space, procs)
         dump = stub.dump(channel.value) or {"arrivals": {}, "repeats": [], "in_flight_series": []}
         xact1 = self.env.xact_commit(space.database) if space.database else None
         statuses = read_statuses(self.env.bootstrap, space.cfg.senders.status_topic, len(dump["arrivals"]))
@@ -381,6 +388,7 @@ class Bench:
                 message = code_message(space.name, i, int(time.time() * 1000))
                 written[message["message_key"]] = writer.write_one(codes_topic, message)
             _wait_for(lambda: http.count("sms") >= plan.codes, deadline, procs, notes)
+            self._check_alive(space, procs)
         writer.close()
         sms = http.dump("sms") or {"arrivals": {}, "repeats": []}
         email = smtp.dump("email") or {"arrivals": {}, "repeats": [], "in_flight_series": [], "peak_in_flight": 0}
@@ -601,7 +609,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--channels", help="comma-separated (default push,sms,email)")
     parser.add_argument("--stores", help=f"comma-separated of {', '.join(STORES)} (default all; empty: none)")
     parser.add_argument("--latencies", help="provider latencies in ms, comma-separated (default 0,50,200)")
-    parser.add_argument("--users", type=int, help="messages per throughput run (quick 3000, full 20000)")
+    parser.add_argument("--users", type=int, help="messages per throughput run (quick 6000, full 30000)")
     parser.add_argument("--bound-s", type=float, help="a throughput run's time bound (quick 60, full 300)")
     parser.add_argument("--isolation-stores", help="stores of the priority-lane phase (quick sqlite; empty: skip)")
     parser.add_argument("--isolation-latency-ms", type=int, help="its provider latency (200)")
