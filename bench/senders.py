@@ -39,7 +39,7 @@ from bench.senders_load import (
     read_statuses,
     write_profiles,
 )
-from bench.stubs.process import StubProcess
+from bench.stubs.process import StubProcess, raise_fd_limit
 from bench.systems import Proc
 from harness.local_kafka import LocalBroker
 from harness.local_postgres import LocalPostgres
@@ -149,12 +149,21 @@ class Environment:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.pg_dsn.rsplit("/", 1)[0] + f"/{name}"
 
-    def xact_commit(self, name: str) -> int | None:
-        """Committed transactions of a database so far (pg_stat_database), read from another one."""
+    def xact_commit(self, name: str, settle_s: float = 10.0) -> int | None:
+        """Committed transactions of a database so far (pg_stat_database), read from another one
+        once its client backends are gone (a backend reports its counts when it exits, at the
+        latest), waiting ``settle_s`` at most for that."""
         import psycopg
 
         assert self.pg_dsn is not None
+        deadline = time.monotonic() + settle_s
         with psycopg.connect(self.pg_dsn, autocommit=True) as conn:
+            while time.monotonic() < deadline:
+                row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
+                                   " AND backend_type = 'client backend'", (name,)).fetchone()
+                if row is None or int(row[0]) == 0:
+                    break
+                time.sleep(0.1)
             row = conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (name,)).fetchone()
         return int(row[0]) if row else None
 
@@ -626,6 +635,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(REPO_ROOT / "bench" / "results"), help="where the results go")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, stores)")
     args = parser.parse_args(argv)
+    raise_fd_limit()  # the sender processes inherit it: a call in flight is a connection
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return run(_plan(args), args.bootstrap, args.postgres, Path(args.out), args.keep)
 

@@ -21,6 +21,16 @@ KINDS = ("http", "smtp")
 SAMPLE_S = 0.1
 
 
+def raise_fd_limit() -> None:
+    """Open files up to the hard limit: a connection is a file, and thousands may be open."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
+
+
 def _listener(host: str, port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -88,6 +98,7 @@ def _answer(state: StubState, command: str, args: list[Any], stopped: asyncio.Ev
 
 
 def _main(conn: Connection, kind: str, host: str, port: int, latency_ms: float) -> None:
+    raise_fd_limit()
     try:
         try:
             import uvloop
