@@ -101,10 +101,14 @@ def store_label(store: str, processes: int) -> str:
     return f"{store} x{processes}" if processes > 1 else store
 
 
+def _header(head: str) -> list[str]:
+    return [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
+
+
 def throughput_table(runs: Sequence[Mapping[str, Any]]) -> str:
     head = ("| channel | store | latency | delivered | msg/s | msg/s 10-90% | claim->provider p50 / p99 |"
             " peak in flight | store tx/msg (pg / counter) | CPU us/msg senders | stub us/call | repeated keys |")
-    lines = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
+    lines = _header(head)
     for r in runs:
         lat = r["claim_to_provider_ms"]
         tx = r["store_tx_per_message"]
@@ -122,7 +126,7 @@ def throughput_table(runs: Sequence[Mapping[str, Any]]) -> str:
 def isolation_table(phases: Sequence[Mapping[str, Any]]) -> str:
     head = ("| store | latency | campaign queued | codes | code write -> SMS stub p50 / p99 / max |"
             " campaign msg/s meanwhile | campaign in flight meanwhile (mean / peak) | flood held | target p99 |")
-    lines = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
+    lines = _header(head)
     for p in phases:
         lat = p["code_latency_ms"]
         lines.append(
