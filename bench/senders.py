@@ -500,6 +500,7 @@ def _settle_and_count(procs: Sequence[SenderProc], delivered: int) -> float | No
 def run(plan: Plan, bootstrap: str | None, postgres: str | None, out_dir: Path, keep: bool) -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-senders-"))
     started = dt.datetime.now(dt.UTC)
+    machine, git = machine_info(), git_info(REPO_ROOT)  # as the run starts: the load, the code it ran
     env = Environment(work, plan, bootstrap, postgres)
     bench = Bench(env, plan)
     runs: list[dict[str, Any]] = []
@@ -524,7 +525,7 @@ def run(plan: Plan, bootstrap: str | None, postgres: str | None, out_dir: Path, 
     result = {
         "date": started.isoformat(timespec="seconds"), "mode": plan.mode, "label": plan.label,
         "command": " ".join(["python", "-m", "bench.senders", *sys.argv[1:]]),
-        "machine": {**machine_info(), "loadavg_at_end": os.getloadavg()}, "git": git_info(REPO_ROOT),
+        "machine": {**machine, "loadavg_at_end": os.getloadavg()}, "git": git,
         "plan": asdict(plan), "runs": runs, "priority_lane": phases, "imports": bench.imports,
         "failures": bench.failures,
     }
@@ -562,8 +563,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"# Delivery benchmark, {result['date']} ({result['mode']}{', ' + result['label'] if result['label'] else ''})",
         "",
         f"`{result['command']}` at {result['git'].get('commit', '')[:12]}; {m.get('nproc')} CPUs"
-        f" ({m.get('cpu_model')}), load average {m.get('loadavg_at_start')} at the start,"
-        f" {m.get('loadavg_at_end')} at the end. A shared machine: preliminary figures.",
+        f" ({m.get('cpu_model')}), load average {_load(m.get('loadavg_at_start'))} at the start,"
+        f" {_load(m.get('loadavg_at_end'))} at the end. A shared machine: preliminary figures.",
         "",
         "## Throughput (campaign messages, one per user; `dedupctl senders run` per process)",
         "",
@@ -573,17 +574,31 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         report.isolation_table(result["priority_lane"]),
         "",
-        "## Profile imports (`dedupctl users import`)",
+        "## Profile imports of the runs (`dedupctl users import`, each timed with its process's start)",
         "",
-        "| store | profiles | seconds | profiles/s |",
-        "|---|---|---|---|",
-        *[f"| {i['store']} | {i['profiles']:,} | {i['seconds']} | {i['profiles_per_s']:,.0f} |"
-          for i in result["imports"]],
+        "| store | imports | profiles | seconds | profiles/s | the largest: profiles, profiles/s |",
+        "|---|---|---|---|---|---|",
+        *_import_rows(result["imports"]),
     ]
     notes = [f"- {r['run']}: {n}" for r in [*result["runs"], *result["priority_lane"]] for n in r["notes"]]
     if notes:
         lines += ["", "## Notes", "", *notes]
     return "\n".join(lines) + "\n"
+
+
+def _load(values: Sequence[float] | None) -> str:
+    return "n/a" if not values else " ".join(f"{v:.2f}" for v in values)
+
+
+def _import_rows(imports: Sequence[dict[str, Any]]) -> list[str]:
+    rows = []
+    for store in dict.fromkeys(i["store"] for i in imports):
+        mine = [i for i in imports if i["store"] == store]
+        profiles, seconds = sum(i["profiles"] for i in mine), sum(i["seconds"] for i in mine)
+        top = max(mine, key=lambda i: i["profiles"])
+        rows.append(f"| {store} | {len(mine)} | {profiles:,} | {seconds:,.1f} | {profiles / seconds:,.0f} |"
+                    f" {top['profiles']:,}, {top['profiles_per_s']:,.0f} |")
+    return rows
 
 
 def _plan(args: argparse.Namespace) -> Plan:
