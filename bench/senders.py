@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import senders_report as report
-from bench.measure import ProcSampler, git_info, machine_info
+from bench.measure import git_info, machine_info
+from bench.senders_env import Environment
 from bench.senders_load import (
     TransactionalWriter,
     campaign_messages,
@@ -39,16 +40,13 @@ from bench.senders_load import (
     read_statuses,
     write_profiles,
 )
-from bench.stubs.process import StubProcess, raise_fd_limit
+from bench.stubs.process import raise_fd_limit
 from bench.systems import Proc
-from harness.local_kafka import LocalBroker
-from harness.local_postgres import LocalPostgres
 from harness.ports import free_port
 from harness.settings_file import write_settings
 from operators.contract import Topics
 from operators.records import Channel, Priority
 from ops import kafka_io
-from senders.profiles.crypto import generate_key
 from senders.runtime.pool import ensure_topics
 from settings import REPO_ROOT, Settings
 
@@ -94,95 +92,6 @@ FULL = Plan("full", ("push", "sms", "email"), STORES, (0, 50, 200), users=30_000
 
 def _store_kind(store: str) -> tuple[str, int]:
     return ("postgresql", 2) if store == "postgresql-x2" else (store, 1)
-
-
-class Environment:
-    """The broker, PostgreSQL, the stubs and the CPU sampler, for the whole benchmark."""
-
-    def __init__(self, work: Path, plan: Plan, bootstrap: str | None, postgres: str | None) -> None:
-        self.work = work
-        self.plan = plan
-        self.sampler = ProcSampler(interval_s=0.1)
-        self.sampler.start()
-        self.offset_s = time.time() - time.monotonic()
-        self.keys = (generate_key(), generate_key())
-        self.broker: LocalBroker | None = None
-        self.pg: LocalPostgres | None = None
-        self.http: StubProcess | None = None
-        self.smtp: StubProcess | None = None
-        try:
-            if bootstrap is None:
-                self.broker = LocalBroker(home=work / "kafka", port=free_port(), controller_port=free_port())
-                self.broker.start()
-                bootstrap = self.broker.bootstrap
-                pid = self.broker.pid()
-                if pid is not None:
-                    self.sampler.watch("broker", pid)
-            self.bootstrap = bootstrap
-            needs_pg = any(_store_kind(s)[0] == "postgresql" for s in (*plan.stores, *plan.isolation_stores))
-            self.pg_dsn = postgres
-            if needs_pg and postgres is None:
-                self.pg = LocalPostgres(port=free_port()).start()
-                self.pg_dsn = self.pg.dsn
-                postmaster = self.pg.data_dir / "postmaster.pid"
-                self.sampler.watch("postgres", int(postmaster.read_text().split()[0]))
-            self.http = StubProcess("http")
-            self.smtp = StubProcess("smtp")
-            self.sampler.watch("stub-http", self.http.pid)
-            self.sampler.watch("stub-smtp", self.smtp.pid)
-        except BaseException:
-            self.close()
-            raise
-
-    def stub(self, channel: Channel) -> StubProcess:
-        stub = self.smtp if channel is Channel.EMAIL else self.http
-        assert stub is not None
-        return stub
-
-    def stubs(self) -> list[StubProcess]:
-        return [s for s in (self.http, self.smtp) if s is not None]
-
-    def database(self, name: str) -> str:
-        import psycopg
-
-        assert self.pg_dsn is not None
-        with psycopg.connect(self.pg_dsn, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-        return self.pg_dsn.rsplit("/", 1)[0] + f"/{name}"
-
-    def xact_commit(self, name: str, settle_s: float = 10.0) -> int | None:
-        """Committed transactions of a database so far (pg_stat_database), read from another one
-        once its client backends are gone (a backend reports its counts when it exits, at the
-        latest), waiting ``settle_s`` at most for that."""
-        import psycopg
-
-        assert self.pg_dsn is not None
-        deadline = time.monotonic() + settle_s
-        with psycopg.connect(self.pg_dsn, autocommit=True) as conn:
-            while time.monotonic() < deadline:
-                row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
-                                   " AND backend_type = 'client backend'", (name,)).fetchone()
-                if row is None or int(row[0]) == 0:
-                    break
-                time.sleep(0.1)
-            row = conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (name,)).fetchone()
-        return int(row[0]) if row else None
-
-    def drop_database(self, name: str) -> None:
-        import psycopg
-
-        assert self.pg_dsn is not None
-        with psycopg.connect(self.pg_dsn, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-    def close(self) -> None:
-        for stub in self.stubs():
-            stub.stop()
-        if self.pg is not None:
-            self.pg.stop()
-        if self.broker is not None:
-            self.broker.stop()
-        self.sampler.stop()
 
 
 @dataclass
@@ -501,7 +410,8 @@ def run(plan: Plan, bootstrap: str | None, postgres: str | None, out_dir: Path, 
     work = Path(tempfile.mkdtemp(prefix="bench-senders-"))
     started = dt.datetime.now(dt.UTC)
     machine, git = machine_info(), git_info(REPO_ROOT)  # as the run starts: the load, the code it ran
-    env = Environment(work, plan, bootstrap, postgres)
+    needs_pg = any(_store_kind(s)[0] == "postgresql" for s in (*plan.stores, *plan.isolation_stores))
+    env = Environment(work, bootstrap, postgres, needs_pg)
     bench = Bench(env, plan)
     runs: list[dict[str, Any]] = []
     phases: list[dict[str, Any]] = []
@@ -511,11 +421,11 @@ def run(plan: Plan, bootstrap: str | None, postgres: str | None, out_dir: Path, 
                 for latency in plan.latencies:
                     result = bench.throughput(Channel(channel), store, latency)
                     runs.append(result)
-                    print(_line(result), flush=True)
+                    print(report.run_line(result), flush=True)
         for store in plan.isolation_stores:
             phase = bench.isolation(store)
             phases.append(phase)
-            print(_isolation_line(phase), flush=True)
+            print(report.isolation_line(phase), flush=True)
     finally:
         env.close()
         if not keep:
@@ -533,72 +443,13 @@ def run(plan: Plan, bootstrap: str | None, postgres: str | None, out_dir: Path, 
         "-quick" if plan.mode == "quick" else "")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    table = markdown(result)
+    table = report.markdown(result)
     (out_dir / f"{stem}.md").write_text(table, encoding="utf-8")
     print(table)
     print(f"-> {out_dir / stem}.json, .md")
     for failure in bench.failures:
         print(f"FAILED: {failure}")
     return 1 if bench.failures else 0
-
-
-def _line(r: dict[str, Any]) -> str:
-    lat = r["claim_to_provider_ms"]
-    return (f"{r['channel']:<5} {report.store_label(r['store'], r['processes']):<15} {r['latency_ms']:>3} ms:"
-            f" {r['delivered']}/{r['messages']} delivered, {report._f(r['rate'])} msg/s, claim->provider p50"
-            f" {report._f(lat['p50'])} p99 {report._f(lat['p99'])} ms, peak in flight {r['peak_in_flight']},"
-            f" CPU {report._f(r['cpu_us_per_message']['senders'])} us/msg, repeated keys {r['repeated_key_calls']}")
-
-
-def _isolation_line(p: dict[str, Any]) -> str:
-    lat = p["code_latency_ms"]
-    return (f"priority lane ({report.store_label(p['store'], p['processes'])}, {p['latency_ms']} ms):"
-            f" {lat['n']}/{p['codes']} codes, p50 {report._f(lat['p50'])} p99 {report._f(lat['p99'])} max"
-            f" {report._f(lat['max'])} ms beside {p['campaign']:,} campaign emails")
-
-
-def markdown(result: dict[str, Any]) -> str:
-    m = result["machine"]
-    lines = [
-        f"# Delivery benchmark, {result['date']} ({result['mode']}{', ' + result['label'] if result['label'] else ''})",
-        "",
-        f"`{result['command']}` at {result['git'].get('commit', '')[:12]}; {m.get('nproc')} CPUs"
-        f" ({m.get('cpu_model')}), load average {_load(m.get('loadavg_at_start'))} at the start,"
-        f" {_load(m.get('loadavg_at_end'))} at the end. A shared machine: preliminary figures.",
-        "",
-        "## Throughput (campaign messages, one per user; `dedupctl senders run` per process)",
-        "",
-        report.throughput_table(result["runs"]),
-        "",
-        "## The priority lane under a campaign flood (one-time codes on notifications.sms.priority)",
-        "",
-        report.isolation_table(result["priority_lane"]),
-        "",
-        "## Profile imports of the runs (`dedupctl users import`, each timed with its process's start)",
-        "",
-        "| store | imports | profiles | seconds | profiles/s | the largest: profiles, profiles/s |",
-        "|---|---|---|---|---|---|",
-        *_import_rows(result["imports"]),
-    ]
-    notes = [f"- {r['run']}: {n}" for r in [*result["runs"], *result["priority_lane"]] for n in r["notes"]]
-    if notes:
-        lines += ["", "## Notes", "", *notes]
-    return "\n".join(lines) + "\n"
-
-
-def _load(values: Sequence[float] | None) -> str:
-    return "n/a" if not values else " ".join(f"{v:.2f}" for v in values)
-
-
-def _import_rows(imports: Sequence[dict[str, Any]]) -> list[str]:
-    rows = []
-    for store in dict.fromkeys(i["store"] for i in imports):
-        mine = [i for i in imports if i["store"] == store]
-        profiles, seconds = sum(i["profiles"] for i in mine), sum(i["seconds"] for i in mine)
-        top = max(mine, key=lambda i: i["profiles"])
-        rows.append(f"| {store} | {len(mine)} | {profiles:,} | {seconds:,.1f} | {profiles / seconds:,.0f} |"
-                    f" {top['profiles']:,}, {top['profiles_per_s']:,.0f} |")
-    return rows
 
 
 def _plan(args: argparse.Namespace) -> Plan:

@@ -137,3 +137,65 @@ def isolation_table(phases: Sequence[Mapping[str, Any]]) -> str:
             f" {'met' if p['target_met'] else 'not met'} (< {p['target_p99_ms']:g} ms) |"
         )
     return "\n".join(lines)
+
+
+def run_line(r: Mapping[str, Any]) -> str:
+    """One throughput run, as printed when it ends."""
+    lat = r["claim_to_provider_ms"]
+    return (f"{r['channel']:<5} {store_label(r['store'], r['processes']):<15} {r['latency_ms']:>3} ms:"
+            f" {r['delivered']}/{r['messages']} delivered, {_f(r['rate'])} msg/s, claim->provider p50"
+            f" {_f(lat['p50'])} p99 {_f(lat['p99'])} ms, peak in flight {r['peak_in_flight']},"
+            f" CPU {_f(r['cpu_us_per_message']['senders'])} us/msg, repeated keys {r['repeated_key_calls']}")
+
+
+def isolation_line(p: Mapping[str, Any]) -> str:
+    """The priority-lane phase, as printed when it ends."""
+    lat = p["code_latency_ms"]
+    return (f"priority lane ({store_label(p['store'], p['processes'])}, {p['latency_ms']} ms):"
+            f" {lat['n']}/{p['codes']} codes, p50 {_f(lat['p50'])} p99 {_f(lat['p99'])} max"
+            f" {_f(lat['max'])} ms beside {p['campaign']:,} campaign emails")
+
+
+def markdown(result: Mapping[str, Any]) -> str:
+    """The result file's tables (``senders-<date>[-quick].md``)."""
+    m = result["machine"]
+    lines = [
+        f"# Delivery benchmark, {result['date']} ({result['mode']}{', ' + result['label'] if result['label'] else ''})",
+        "",
+        f"`{result['command']}` at {result['git'].get('commit', '')[:12]}; {m.get('nproc')} CPUs"
+        f" ({m.get('cpu_model')}), load average {_load(m.get('loadavg_at_start'))} at the start,"
+        f" {_load(m.get('loadavg_at_end'))} at the end. A shared machine: preliminary figures.",
+        "",
+        "## Throughput (campaign messages, one per user; `dedupctl senders run` per process)",
+        "",
+        throughput_table(result["runs"]),
+        "",
+        "## The priority lane under a campaign flood (one-time codes on notifications.sms.priority)",
+        "",
+        isolation_table(result["priority_lane"]),
+        "",
+        "## Profile imports of the runs (`dedupctl users import`, each timed with its process's start)",
+        "",
+        "| store | imports | profiles | seconds | profiles/s | the largest: profiles, profiles/s |",
+        "|---|---|---|---|---|---|",
+        *_import_rows(result["imports"]),
+    ]
+    notes = [f"- {r['run']}: {n}" for r in [*result["runs"], *result["priority_lane"]] for n in r["notes"]]
+    if notes:
+        lines += ["", "## Notes", "", *notes]
+    return "\n".join(lines) + "\n"
+
+
+def _load(values: Sequence[float] | None) -> str:
+    return "n/a" if not values else " ".join(f"{v:.2f}" for v in values)
+
+
+def _import_rows(imports: Sequence[dict[str, Any]]) -> list[str]:
+    rows = []
+    for store in dict.fromkeys(i["store"] for i in imports):
+        mine = [i for i in imports if i["store"] == store]
+        profiles, seconds = sum(i["profiles"] for i in mine), sum(i["seconds"] for i in mine)
+        top = max(mine, key=lambda i: i["profiles"])
+        rows.append(f"| {store} | {len(mine)} | {profiles:,} | {seconds:,.1f} | {profiles / seconds:,.0f} |"
+                    f" {top['profiles']:,}, {top['profiles_per_s']:,.0f} |")
+    return rows
