@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     server: LocalPostgres | None = None
     results: list[dict[str, Any]] = []
     started = dt.datetime.now(dt.UTC)
+    machine, git = machine_info(), git_info(REPO_ROOT)  # as it starts: the load, the code it ran
     try:
         source = write_profiles(work / "profiles.jsonl", args.lines)
         for store in args.stores.split(","):
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": started.isoformat(timespec="seconds"),
         "command": " ".join(["python", "-m", "bench.import_profiles", *(argv if argv is not None else sys.argv[1:])]),
         "lines": args.lines, "batch_size": args.batch_size, "profile": "an address on each of push, sms, email",
-        "machine": {**machine_info(), "loadavg_at_end": os.getloadavg()}, "git": git_info(REPO_ROOT),
+        "machine": {**machine, "loadavg_at_end": os.getloadavg()}, "git": git,
         "results": results,
     }, indent=1) + "\n", encoding="utf-8")
     print(f"-> {out}")
