@@ -30,6 +30,8 @@ from senders.store.db import Database
 from senders.store.status import erase_user_rows
 
 _CONTACT_COLUMNS = "channel, position, address_enc, address_hash, verified, active, platform, registered_ms"
+#: the most users ``put_many`` reads and writes with one statement (SQLite's variable limit allows it)
+PUT_GROUP = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,35 +136,27 @@ class ProfileStore:
 
     # -- writes -----------------------------------------------------------------------------------
 
-    def _write(
+    def _sealed_rows(
         self,
-        cur: Any,
         user_id: str,
         profile: Profile,
         old: list[tuple[SealedContact, int]],
         now_ms: int,
         registered_again: Iterable[tuple[Channel, str]] = (),
-    ) -> None:
+    ) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
+        """The profile's row and its contacts' rows, sealed; a contact it already held keeps when
+        it was registered (unless registered again now)."""
         kept = self._registered(old)
         again = set(registered_again)
         document = json.dumps(preferences_document(profile), sort_keys=True)
-        self._db.exec(
-            cur,
-            "INSERT INTO user_profile (user_id, preferences, updated_ms) VALUES (?, ?, ?)"
-            " ON CONFLICT (user_id) DO UPDATE SET preferences = excluded.preferences,"
-            " updated_ms = excluded.updated_ms",
-            (user_id, document, now_ms),
-        )
-        self._db.exec(cur, "DELETE FROM user_contact WHERE user_id = ?", (user_id,))
         by_position = {(c.channel, c.position): c for c in seal_contacts(profile.contacts, self._cipher)}
+        contacts = []
         for channel in Channel:
             for position, contact in enumerate(profile.contacts.of(channel)):
                 row = by_position[(channel, position)]
                 key = (channel, contact.address)
                 at = now_ms if key in again or key not in kept else kept[key]
-                self._db.exec(
-                    cur,
-                    f"INSERT INTO user_contact (user_id, {_CONTACT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                contacts.append(
                     (
                         user_id,
                         channel.value,
@@ -173,21 +167,84 @@ class ProfileStore:
                         int(row.active),
                         row.platform,
                         at,
-                    ),
+                    )
                 )
+        return (user_id, document, now_ms), contacts
+
+    def _store(self, cur: Any, profiles: list[tuple[Any, ...]], contacts: list[tuple[Any, ...]]) -> None:
+        """Replace the profiles' rows and all of their contacts: a few statements, however many."""
+        cur.executemany(
+            self._db.sql(
+                "INSERT INTO user_profile (user_id, preferences, updated_ms) VALUES (?, ?, ?)"
+                " ON CONFLICT (user_id) DO UPDATE SET preferences = excluded.preferences,"
+                " updated_ms = excluded.updated_ms"
+            ),
+            profiles,
+        )
+        users = [p[0] for p in profiles]
+        marks = ", ".join("?" * len(users))
+        self._db.exec(cur, f"DELETE FROM user_contact WHERE user_id IN ({marks})", users)
+        if contacts:
+            cur.executemany(
+                self._db.sql(
+                    f"INSERT INTO user_contact (user_id, {_CONTACT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                ),
+                contacts,
+            )
+
+    def _write(
+        self,
+        cur: Any,
+        user_id: str,
+        profile: Profile,
+        old: list[tuple[SealedContact, int]],
+        now_ms: int,
+        registered_again: Iterable[tuple[Channel, str]] = (),
+    ) -> None:
+        row, contacts = self._sealed_rows(user_id, profile, old, now_ms, registered_again)
+        self._store(cur, [row], contacts)
 
     def put(self, user_id: str, profile: Profile) -> None:
         """Replace the user's profile (validated: a ``Profile``)."""
         self.put_many([(user_id, profile)])
 
     def put_many(self, profiles: Iterable[tuple[str, Profile]]) -> None:
-        """Replace several profiles in one transaction (an import)."""
+        """Replace several profiles in one transaction (an import), in groups of up to
+        ``PUT_GROUP`` users: each group's rows locked and read in one statement each and written in
+        a few, so a batch costs a few round trips, not several per profile. A user given again
+        starts a new group: the profiles are applied in order, as one put after another."""
         with self._db.tx() as cur:
+            group: dict[str, Profile] = {}
             for user_id, profile in profiles:
                 if not user_id:
                     raise ProfileError(["user_id: must not be empty"])
-                _, old = self._rows(cur, user_id)
-                self._write(cur, user_id, profile, old, self._clock_ms())
+                if user_id in group or len(group) >= PUT_GROUP:
+                    self._put_group(cur, group)
+                    group = {}
+                group[user_id] = profile
+            self._put_group(cur, group)
+
+    def _put_group(self, cur: Any, group: dict[str, Profile]) -> None:
+        if not group:
+            return
+        users = list(group)
+        marks = ", ".join("?" * len(users))
+        if self._db.for_update:  # PostgreSQL: the rows another writer must wait for (SQLite holds its write lock)
+            self._db.exec(cur, f"SELECT user_id FROM user_profile WHERE user_id IN ({marks}) FOR UPDATE", users)
+        old: dict[str, list[tuple[SealedContact, int]]] = {}
+        for r in self._db.exec(
+            cur, f"SELECT user_id, {_CONTACT_COLUMNS} FROM user_contact WHERE user_id IN ({marks})", users
+        ).fetchall():
+            sealed = SealedContact(Channel(r[1]), int(r[2]), r[3], r[4], bool(r[5]), bool(r[6]), r[7])
+            old.setdefault(r[0], []).append((sealed, int(r[8])))
+        now = self._clock_ms()
+        profiles: list[tuple[Any, ...]] = []
+        contacts: list[tuple[Any, ...]] = []
+        for user_id, profile in group.items():
+            row, rows = self._sealed_rows(user_id, profile, old.get(user_id, []), now)
+            profiles.append(row)
+            contacts += rows
+        self._store(cur, profiles, contacts)
 
     def _update(
         self, user_id: str, change: Callable[[Profile], Profile], registered_again: Iterable[tuple[Channel, str]] = ()
