@@ -4,8 +4,9 @@
 A bad line never stops the import: it is reported by its number and the problem, never quoted
 (contacts are personal data), and the import goes on. A line's document is the profile minus its
 ``user_id``, validated as ``dedupctl users put`` validates one (``senders.profiles.model``); a
-user id follows the one rule of every entry point (``senders.profiles.user_id``). A user given twice is stored as its last line says (each
-line replaces the profile, as ``users put`` does), so importing a file again is safe.
+user id follows the one rule of every entry point (``senders.profiles.user_id``). A user given
+twice is stored as its last line says (each line replaces the profile, as ``users put`` does), so
+importing a file again is safe.
 
 The parsing is pure (:func:`parse_line`, :func:`read_lines`); :func:`import_profiles` is the
 thin loop over a store.
