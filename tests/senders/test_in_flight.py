@@ -241,6 +241,6 @@ def test_claims_and_outcomes_are_written_in_batches(
         wait_until(lambda: not any(r.unpublished for r in store.rows()), 10, "all marked published")
         spent = pool.metrics.value("sender_store_transactions_total", channel="email", lane="normal") - before
     assert not pool.errors
-    # one message alone costs four (profiles and addresses read, claim, outcome, published);
+    # one message alone costs five (profiles and addresses read, claim, outcome, published);
     # in batches of many, far less
     assert 0 < spent / n <= 0.5, spent / n
