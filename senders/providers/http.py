@@ -187,6 +187,8 @@ class HttpProvider(Provider):
         self._injected = transport
         self._transport: Transport | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        if self._httpx_tls is not None:  # made now, not inside the first send's deadline (0.5 s)
+            self._transport = self._httpx()
 
     def __repr__(self) -> str:
         return f"HttpProvider({self.name!r})"
@@ -197,14 +199,11 @@ class HttpProvider(Provider):
         if self._injected is not None:
             return self._injected
         loop = asyncio.get_running_loop()
+        if self._transport is not None and self._loop is None:
+            self._loop = loop  # made beforehand, first used now
         if self._transport is None or self._loop is not loop:
             if self._httpx_tls is not None:
-                self._transport = HttpxTransport(
-                    base_url=self._base,
-                    tls=self._httpx_tls,
-                    max_connections=self._max_connections,
-                    timeout_s=self.timeout_s,
-                )
+                self._transport = self._httpx()
             else:
                 self._transport = Http1Pool(
                     host=self._host, port=self._port, tls=self._tls, max_connections=self._max_connections,
@@ -212,6 +211,12 @@ class HttpProvider(Provider):
                 )
             self._loop = loop
         return self._transport
+
+    def _httpx(self) -> HttpxTransport:
+        assert self._httpx_tls is not None
+        return HttpxTransport(
+            base_url=self._base, tls=self._httpx_tls, max_connections=self._max_connections, timeout_s=self.timeout_s
+        )
 
     async def aclose(self) -> None:
         transport, self._transport = self._transport, None

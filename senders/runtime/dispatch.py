@@ -111,12 +111,14 @@ class Dispatcher:
             return self.primary
         return self.secondary
 
-    def promise(self, n: int, within_s: float) -> int:
+    def promise(self, n: int, within_s: float, *, first: bool = False) -> int:
         """Promise up to ``n`` calls that can start within ``within_s`` (a worker claims that
         many messages); returns how many. Each ``send(promised=True)`` keeps one promise, and
-        ``release`` gives back those not kept (messages the rules did not send)."""
+        ``release`` gives back those not kept (messages the rules did not send). ``first``:
+        the priority lane, whose claims are not held back by the normal lane's promises."""
         limiter = self._limiters[self._next_provider().name]
-        granted = max(0, min(n, limiter.startable(within_s) - self._promised))
+        # ``first`` (the priority lane): others' promises do not hold it back
+        granted = max(0, min(n, limiter.startable(within_s) - (0 if first else self._promised)))
         self._promised += granted
         return granted
 

@@ -34,7 +34,7 @@ from senders.records import Delivery
 from senders.runtime.handler import DeliveryHandler, Handled, SendJob
 from senders.runtime.ledger import TP, CommitPlan, Entry, Ledger, Stage
 from senders.runtime.metrics import Metrics
-from senders.statuses import AttemptOutcome
+from senders.statuses import AttemptOutcome, Lane
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +42,8 @@ T = TypeVar("T")
 
 #: a record claimed by another worker (its lease live) is tried again this often
 WAIT_POLL_S = 0.25
+#: the most rate-limit tokens a worker's claims reserve ahead, in seconds of the provider's rate
+CLAIM_AHEAD_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -451,10 +453,12 @@ class SenderWorker:
 
     def _call_horizon_s(self) -> float:
         """How long a claimed message may wait for its rate-limit token: half of what its lease
-        leaves beyond the longest call and the time to record the outcome."""
+        leaves beyond the longest call and the time to record the outcome, and no more than
+        ``CLAIM_AHEAD_S``: the tokens a worker reserves ahead are a queue that the other lane's
+        calls (a one-time code behind a campaign) wait in."""
         d = self.handler.dispatcher
         longest = max((p.timeout_s or 0.0) for p in (d.primary, d.secondary) if p is not None)
-        return max(0.0, (self.handler.lease_ms - RECORD_MARGIN_MS) / 1000 - longest) / 2
+        return min(CLAIM_AHEAD_S, max(0.0, (self.handler.lease_ms - RECORD_MARGIN_MS) / 1000 - longest) / 2)
 
     async def _claimer(self, run: _Run, tasks: asyncio.TaskGroup) -> None:
         """Claims the records whose turn it is, as many as there are free calls and rate-limit
@@ -469,7 +473,9 @@ class SenderWorker:
                     want = min(free, o.claim_batch, run.ledger.ready)
                     if want <= 0:
                         break
-                    granted = self.handler.dispatcher.promise(want, self._call_horizon_s())
+                    granted = self.handler.dispatcher.promise(
+                        want, self._call_horizon_s(), first=self.handler.lane is Lane.PRIORITY
+                    )
                     if granted <= 0:
                         await asyncio.sleep(0.02)  # the bucket is empty: a token comes soon
                         continue
