@@ -89,8 +89,11 @@ class ProfileStore:
         ]
         return (found[0] if found else None), sealed
 
-    def _registered(self, sealed: Iterable[tuple[SealedContact, int]]) -> dict[tuple[Channel, str], int]:
-        return {(row.channel, self._cipher.decrypt(row.address_enc)): at for row, at in sealed}
+    def _registered(
+        self, sealed: Iterable[tuple[SealedContact, int]], decrypt: Callable[[str], str] | None = None
+    ) -> dict[tuple[Channel, str], int]:
+        opened = decrypt or self._cipher.decrypt
+        return {(row.channel, opened(row.address_enc)): at for row, at in sealed}
 
     def read(self, user_id: str) -> ProfileRead:
         """The senders' view; raises ContactDecryptError (or ProfileError) when the contacts
@@ -99,12 +102,60 @@ class ProfileStore:
             document, sealed = self._rows(cur, user_id)
         if document is None:
             return NO_PROFILE
-        contacts = open_contacts([row for row, _ in sealed], self._cipher)
+        return self._read(document, sealed)
+
+    def read_many(
+        self, user_ids: Iterable[str], channel: Channel | None = None
+    ) -> dict[str, ProfileRead | ProfileError]:
+        """``read`` for many users in one transaction; with ``channel``, only that channel's
+        contacts are opened (a channel's sender needs no others). A user whose contacts cannot
+        be read maps to the ProfileError (so one bad row fails one message, not the batch)."""
+        ids = sorted(set(user_ids))
+        documents: dict[str, str] = {}
+        sealed: dict[str, list[tuple[SealedContact, int]]] = {}
+        only = "" if channel is None else " AND channel = ?"
+        with self._db.tx(write=False) as cur:
+            for i in range(0, len(ids), 500):
+                part = ids[i : i + 500]
+                marks = ", ".join("?" * len(part))
+                for user_id, document in self._db.exec(
+                    cur, f"SELECT user_id, preferences FROM user_profile WHERE user_id IN ({marks})", part
+                ).fetchall():
+                    documents[user_id] = document
+                for r in self._db.exec(
+                    cur,
+                    f"SELECT user_id, {_CONTACT_COLUMNS} FROM user_contact WHERE user_id IN ({marks}){only}",
+                    (*part, *([channel.value] if channel is not None else [])),
+                ).fetchall():
+                    contact = SealedContact(Channel(r[1]), int(r[2]), r[3], r[4], bool(r[5]), bool(r[6]), r[7])
+                    sealed.setdefault(r[0], []).append((contact, int(r[8])))
+        out: dict[str, ProfileRead | ProfileError] = {}
+        for user_id in ids:
+            document = documents.get(user_id)
+            if document is None:
+                out[user_id] = NO_PROFILE
+                continue
+            rows = sorted(sealed.get(user_id, []), key=lambda item: (item[0].channel.value, item[0].position))
+            try:
+                out[user_id] = self._read(document, rows)
+            except ProfileError as exc:
+                out[user_id] = exc
+        return out
+
+    def _read(self, document: str, sealed: list[tuple[SealedContact, int]]) -> ProfileRead:
+        plain: dict[str, str] = {}
+
+        def decrypt(token: str) -> str:  # each contact decrypted once for both uses
+            if token not in plain:
+                plain[token] = self._cipher.decrypt(token)
+            return plain[token]
+
+        contacts = open_contacts([row for row, _ in sealed], self._cipher, decrypt)
         try:
             preferences: Preferences | None = Preferences.model_validate(json.loads(document), context=STORED)
         except ValueError:  # pydantic's ValidationError is one: a document this code cannot read
             preferences = None
-        return ProfileRead(preferences, contacts, self._registered(sealed))
+        return ProfileRead(preferences, contacts, self._registered(sealed, decrypt))
 
     def get(self, user_id: str) -> Profile | None:
         """The whole profile, or None; raises ProfileError when it cannot be read."""
@@ -327,6 +378,9 @@ class ProfileStore:
 class ProfileCache:
     """A worker's view of the profiles: each user's read kept for ``ttl_ms``."""
 
+    #: the most users kept (the oldest go first past it)
+    max_entries = 100_000
+
     def __init__(self, store: ProfileStore, ttl_ms: int, clock: Callable[[], float] = time.monotonic) -> None:
         self._store = store
         self._ttl_s = ttl_ms / 1000
@@ -346,7 +400,36 @@ class ProfileCache:
                 return hit[1]
         found = self._store.read(user_id)
         with self._lock:
-            if len(self._entries) > 10_000:
+            if len(self._entries) > self.max_entries:
                 self._entries = {k: v for k, v in self._entries.items() if v[0] > now}
             self._entries[user_id] = (now + self._ttl_s, found)
         return found
+
+    def read_many(
+        self, user_ids: Iterable[str], channel: Channel | None = None
+    ) -> dict[str, ProfileRead | ProfileError]:
+        """``read`` for many users: those not cached read in one transaction (``read_many``);
+        a user whose profile cannot be read maps to the ProfileError, and is not cached."""
+        now = self._clock()
+        out: dict[str, ProfileRead | ProfileError] = {}
+        missing: list[str] = []
+        with self._lock:
+            for user_id in user_ids:
+                hit = self._entries.get(user_id)
+                if hit is not None and hit[0] > now:
+                    out[user_id] = hit[1]
+                else:
+                    missing.append(user_id)
+        if not missing:
+            return out
+        found = self._store.read_many(missing, channel)
+        with self._lock:
+            if len(self._entries) > self.max_entries:
+                self._entries = {k: v for k, v in self._entries.items() if v[0] > now}
+                while len(self._entries) > self.max_entries:
+                    self._entries.pop(next(iter(self._entries)))
+            for user_id, read in found.items():
+                if isinstance(read, ProfileRead):
+                    self._entries[user_id] = (now + self._ttl_s, read)
+        out.update(found)
+        return out
