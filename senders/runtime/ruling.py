@@ -133,6 +133,7 @@ class Ruling:
                 locale=locale,
                 options=self._ctx.templates,
                 lane=d.lane,
+                user_id=d.user_id,
             )
         except TemplateError as exc:
             return self._ruled(DeliveryStatus.REJECTED, exc.reason)

@@ -59,12 +59,15 @@ class MessageContext:
     :param lane: the lane the message came through (a request of high priority: the priority lane)
     :param event_time_ms: the accepted request's event time, where the message's time to live
         counts from; None: unknown (count from the send)
+    :param user_id: the user the message is for (a marketing email's unsubscribe link names
+        them); empty: unknown
     """
 
     kind: Category = Category.TRANSACTIONAL
     one_time_code: bool = False
     lane: Lane = Lane.NORMAL
     event_time_ms: int | None = None
+    user_id: str = ""
 
     @property
     def urgent(self) -> bool:
@@ -72,8 +75,8 @@ class MessageContext:
         return self.one_time_code or self.lane is Lane.PRIORITY
 
     @classmethod
-    def of(cls, template: Template, *, lane: Lane, event_time_ms: int | None) -> MessageContext:
-        return cls(template.kind, template.one_time_code, lane, event_time_ms)
+    def of(cls, template: Template, *, lane: Lane, event_time_ms: int | None, user_id: str = "") -> MessageContext:
+        return cls(template.kind, template.one_time_code, lane, event_time_ms, user_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,9 +121,10 @@ def render(
     locale: str | None,
     options: TemplateOptions,
     lane: Lane = Lane.NORMAL,
+    user_id: str = "",
 ) -> Rendered:
     """Render a message; raises a TemplateError whose ``reason`` goes on its ``rejected`` status.
-    ``lane``: the lane it came through (for its ``context``)."""
+    ``lane``: the lane it came through, ``user_id`` whom it is for (both for its ``context``)."""
     template = catalog.get(template_id)
     if channel not in template.channels:
         raise UnsupportedChannel(template.name, channel)
@@ -145,5 +149,5 @@ def render(
         content = SmsContent(text=parts["text"], encoding=length.encoding, segments=length.segments)
     else:
         content = EmailContent(subject=_one_line(parts["subject"]), text=parts["text"], html=parts["html"])
-    context = MessageContext.of(template, lane=lane, event_time_ms=event_time_ms)
+    context = MessageContext.of(template, lane=lane, event_time_ms=event_time_ms, user_id=user_id)
     return Rendered(template.name, version.number, chosen, channel, content, context)
