@@ -6,7 +6,7 @@ in the docstring (its environment variable ``DEDUP_SENDERS_<FIELD>`` and its TOM
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from operators.records import Channel
 from senders.policy.breaker import BreakerOptions
@@ -17,6 +17,7 @@ from senders.rules.options import RuleOptions
 from senders.templates.options import TemplateOptions
 from settings.base import REPO_ROOT, Flag, OptionalSecret, OptionalStr, Section
 from settings.providers import ApnsSettings, FcmSettings
+from settings.sms_email import SendgridSettings, TwilioSettings, http_url
 
 HOUR_MS = 3_600_000
 
@@ -25,9 +26,10 @@ class SendersSettings(Section):
     """The sender workers: retries, providers, rate limits, the status store, their topics.
 
     A provider is named by a string: an ``http://`` or ``https://`` URL (JSON POST), ``smtp``
-    (the ``smtp_*`` settings), ``fcm`` or ``apns`` (their tables, settings/providers.py), or
-    ``fake`` (the scripted fake: nothing leaves the process). An empty primary means the channel
-    has no provider and its workers refuse to start.
+    (the ``smtp_*`` settings), ``fcm`` or ``apns`` (their tables, settings/providers.py),
+    ``twilio`` (SMS) or ``sendgrid`` (email; their tables, settings/sms_email.py), or ``fake``
+    (the scripted fake: nothing leaves the process). An empty primary means the channel has no
+    provider and its workers refuse to start.
 
     :param group_prefix: consumer groups are ``<prefix>.<channel>.<lane>``
     :param instance_id: names this process's transactional producers
@@ -143,6 +145,15 @@ class SendersSettings(Section):
     :param metrics_log_interval_s: how often a running worker logs its metrics (0: never)
     :param fcm: the ``[senders.fcm]`` table: Firebase Cloud Messaging HTTP v1 (``FcmSettings``)
     :param apns: the ``[senders.apns]`` table: Apple Push Notification service (``ApnsSettings``)
+    :param twilio: the ``[senders.twilio]`` table: Twilio's Messages API, SMS (``TwilioSettings``)
+    :param sendgrid: the ``[senders.sendgrid]`` table: SendGrid's v3 mail send (``SendgridSettings``)
+    :param unsubscribe_url: the API's public URL of ``POST /unsubscribe``: every marketing email
+        carries it, with its user and a signed token, as ``List-Unsubscribe`` (one-click, RFC
+        8058). Required by ``sendgrid`` (its workers refuse to start without it and
+        ``unsubscribe_secrets``); ``smtp`` adds the headers when it is set
+    :param unsubscribe_secrets: keys of the unsubscribe links' tokens (a secret), comma-separated,
+        the newest first: links are signed with the first and accepted with any (a new key put
+        first keeps the links already in mailboxes working)
     """
 
     group_prefix: str = "notify-senders"
@@ -216,6 +227,21 @@ class SendersSettings(Section):
     metrics_log_interval_s: float = 60.0
     fcm: FcmSettings = Field(default_factory=FcmSettings)
     apns: ApnsSettings = Field(default_factory=ApnsSettings)
+    twilio: TwilioSettings = Field(default_factory=TwilioSettings)
+    sendgrid: SendgridSettings = Field(default_factory=SendgridSettings)
+    unsubscribe_url: str = ""
+    unsubscribe_secrets: OptionalSecret = None
+
+    @field_validator("unsubscribe_url")
+    @classmethod
+    def _unsubscribe_url(cls, value: str) -> str:
+        return http_url(value, empty_ok=True)
+
+    def unsubscribe_keys(self) -> list[bytes]:
+        """The unsubscribe tokens' keys, the signing one first (empty: none configured)."""
+        if self.unsubscribe_secrets is None:
+            return []
+        return [k.strip().encode("utf-8") for k in self.unsubscribe_secrets.get_secret_value().split(",") if k.strip()]
 
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy(
