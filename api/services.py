@@ -66,7 +66,7 @@ class Services:
 
     def start(self) -> None:
         api = self.cfg.api
-        campaigns.ensure_topic(self.cfg.kafka.client_config(), api.campaigns_topic, self.cfg.kafka.replication_factor)
+        campaigns.ensure_topic(self.cfg.kafka, api.campaigns_topic)
         self.outcomes.start()
         self.campaigns.start_all(campaigns.active(self.pool.db()))
         threading.Thread(target=self._prune, name="api-prune", daemon=True).start()
