@@ -269,7 +269,10 @@ def _normalised(records: dict[str, list[dict[str, Any]]], cfg: Settings) -> dict
 
 def read_outputs(cfg: Settings) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
-    for topic, records in kafka_io.read_outputs(cfg.kafka.client_config(), cfg.topics, idle_timeout_s=3).items():
+    # to the end of every partition: an idle gap (a leader that moved, a busy machine) once ended
+    # a read of three brokers' output early, and the run failed on records that were all there
+    client = cfg.kafka.client_config()
+    for topic, records in kafka_io.read_outputs(client, cfg.topics, idle_timeout_s=30, until_end=True).items():
         out[topic] = [value for _, value in records]
     for value in out[cfg.topics.invalid]:
         if not value["error"]:  # an invalid record must say why: make it differ from the model

@@ -261,8 +261,11 @@ def read_committed(
     max_messages: int | None = None,
     idle_timeout_s: float = 5.0,
     overall_timeout_s: float | None = None,
+    until_end: bool = False,
 ) -> Iterator[Message]:
-    """Every committed record of ``topics`` from the beginning, until idle for ``idle_timeout_s``."""
+    """Every committed record of ``topics`` from the beginning, until idle for ``idle_timeout_s``;
+    ``until_end``: until every partition has been read to its end (its last stable offset), so
+    that a pause in delivery (a leader that moved, a busy machine) does not end the read early."""
     names = list(topics)
     consumer = Consumer(
         {
@@ -271,6 +274,7 @@ def read_committed(
             "isolation.level": "read_committed",
             "enable.auto.commit": "false",
             "auto.offset.reset": "earliest",
+            "enable.partition.eof": "true" if until_end else "false",
         }
     )
     try:
@@ -285,6 +289,7 @@ def read_committed(
         if missing:
             raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, f"no such topic: {missing}"))
         consumer.assign(parts)
+        ended: set[tuple[str, int]] = set()
         seen = 0
         start = time.monotonic()
         last = start
@@ -300,6 +305,9 @@ def read_committed(
             err = msg.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
+                    ended.add((msg.topic(), msg.partition()))
+                    if until_end and len(ended) == len(parts):
+                        return
                     continue
                 raise KafkaException(err)
             last = time.monotonic()
@@ -312,11 +320,12 @@ def read_committed(
 
 
 def read_outputs(
-    client_config: Mapping[str, str], topics: Topics, idle_timeout_s: float = 2.0
+    client_config: Mapping[str, str], topics: Topics, idle_timeout_s: float = 2.0, until_end: bool = False
 ) -> dict[str, list[tuple[bytes | None, dict[str, Any]]]]:
-    """Every committed record of every output topic, decoded: topic -> [(Kafka key, value)]."""
+    """Every committed record of every output topic, decoded: topic -> [(Kafka key, value)]
+    (``until_end``: see ``read_committed``)."""
     out: dict[str, list[tuple[bytes | None, dict[str, Any]]]] = {t: [] for t in topics.outputs()}
-    for msg in read_committed(client_config, topics.outputs(), idle_timeout_s=idle_timeout_s):
+    for msg in read_committed(client_config, topics.outputs(), idle_timeout_s=idle_timeout_s, until_end=until_end):
         stem = schema_of(msg.topic, topics)
         assert stem is not None and msg.value is not None
         out[msg.topic].append((msg.key, codec.decode(stem, msg.value)))
