@@ -110,6 +110,8 @@ def create_topics(
         if held < plan.factor:
             logger.warning("topic %s exists with %d replicas, fewer than the %d new ones get", name, held, plan.factor)
     topic_config = {"min.insync.replicas": str(plan.min_insync), **(config or {})}
+    logger.info("creating %d topic(s): %d partitions, %d replicas, min.insync.replicas %d",
+                len(missing), partitions, plan.factor, plan.min_insync)
     futures = admin.create_topics(
         [NewTopic(n, num_partitions=partitions, replication_factor=plan.factor, config=topic_config) for n in missing],
         operation_timeout=30,
