@@ -90,8 +90,10 @@ chaos-brokers: setup
 	$(BIN)/dedupctl chaos --brokers 3 --requests 100000 --rate 1000 --kills 10 --broker-kills 3 --broker-restarts 1 --rescales 2
 
 # The job against its peers and the exactly-once ceiling (bench/README.md): quick (about 10 min,
-# two interleaved rounds) and full (three rounds of every system, about an hour). Both need the `bench`
-# extra (Quix Streams, redis, matplotlib, psutil) on top of the setup; a missing redis-server is
+# two interleaved rounds) and full (three rounds of every system, about an hour); then the API's
+# accept latency and the delivery benchmark (bench.senders: the senders against provider stubs).
+# Both need the `bench` extra (Quix Streams, redis, matplotlib, psutil, the stubs' h2, httptools,
+# aiosmtpd) on top of the setup; a missing redis-server is
 # installed from Debian's packages by the benchmark itself (or that peer is skipped).
 BENCH_STAMP := $(VENV)/.bench-installed
 $(BENCH_STAMP): $(VENV_STAMP) pyproject.toml
@@ -101,6 +103,8 @@ $(BENCH_STAMP): $(VENV_STAMP) pyproject.toml
 bench: setup $(BENCH_STAMP)
 	$(BIN)/python -m bench.run --quick
 	$(BIN)/python -m bench.api
+	$(BIN)/python -m bench.senders
 
 bench-full: setup $(BENCH_STAMP)
 	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.senders --full

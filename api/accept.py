@@ -11,13 +11,14 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
+from api.callers import Caller
 from api.errors import ApiError, bad_request, forbidden
 from api.models import NotificationIn
-from api.tokens import Caller
 from operators import codec
 from operators.errors import InvalidRecordError
 from operators.limits import RequestLimits, field_problem, request_problem
 from operators.records import Category, Channel, NotificationRequest, Priority
+from senders.rules.decision import deliverable
 from senders.store.profiles import ProfileRead
 from senders.templates.catalog import Catalog, Template
 from senders.templates.errors import NoVersion
@@ -30,6 +31,7 @@ class Accepted:
     request: NotificationRequest
     encoded: bytes
     kind: Category
+    allow_unverified: bool = False
 
 
 def event_time_ms(value: datetime | int | None, now_ms: int, field: str = "event_time") -> int:
@@ -44,16 +46,29 @@ def event_time_ms(value: datetime | int | None, now_ms: int, field: str = "event
     return value
 
 
-def check_key(key: str | None, limits: RequestLimits, header: str = "Idempotency-Key") -> str:
-    """The Idempotency-Key, which becomes the request's dedup key."""
+def header_text(value: str | None, header: str, code: str) -> str | None:
+    """A header's value as the client sent it, in UTF-8 (the server hands it over decoded as
+    latin-1, byte for byte); 400 when it is not UTF-8."""
+    if value is None:
+        return None
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError:  # a character past latin-1 cannot have come from the wire; bytes not UTF-8
+        raise bad_request(f"the {header} header must be UTF-8 text", code=code) from None
+
+
+def check_key(key: str | None, limits: RequestLimits, prefix: str = "", header: str = "Idempotency-Key") -> str:
+    """The Idempotency-Key (decoded text): present, printable, and within the job's field limit
+    once in the caller's key space (``prefix``: ``<caller>/`` or ``ns:<namespace>/``)."""
     if key is None or not key.strip():
-        raise bad_request(f"the {header} header is required: it becomes the request's dedup_key",
-                          code="missing_idempotency_key")
+        raise bad_request(f"the {header} header is required: with the caller's name it makes the request's"
+                          " dedup_key", code="missing_idempotency_key")
     if not key.isprintable():
         raise bad_request(f"the {header} header must be printable text", code="invalid_idempotency_key")
-    problem = field_problem("dedup_key", key, limits)
+    problem = field_problem("dedup_key", prefix + key, limits)
     if problem:
-        raise bad_request(f"{header}: {problem}", code="invalid_idempotency_key")
+        where = f" (with the prefix {prefix})" if prefix else ""
+        raise bad_request(f"{header}{where}: {problem}", code="invalid_idempotency_key")
     return key
 
 
@@ -157,17 +172,22 @@ def accept(
         limits,
         now_ms,
     )
-    return Accepted(request, encoded, template.kind)
+    return Accepted(request, encoded, template.kind, template.allow_unverified)
 
 
-def channels_now(profile: ProfileRead, channels: tuple[Channel, ...], kind: Category) -> tuple[list[str], list[str]]:
-    """(queued, skipped) as the profile says now: a channel without an active address is
-    skipped, and so is one the user opted out of for marketing."""
+def channels_now(
+    profile: ProfileRead, channels: tuple[Channel, ...], kind: Category, allow_unverified: bool = False
+) -> tuple[list[str], list[str]]:
+    """(queued, skipped) as the profile says now, by the senders' rules: a channel without an
+    active address is skipped, so is one without a verified address (unless the template allows
+    unverified ones), and one the user opted out of for marketing."""
     queued: list[str] = []
     skipped: list[str] = []
     for channel in channels:
         if not profile.contacts.active(channel):
             skipped.append(f"{channel.value}: no address")
+        elif not deliverable(profile.contacts, channel, kind, allow_unverified):
+            skipped.append(f"{channel.value}: no verified address")
         elif (
             kind is Category.MARKETING
             and profile.preferences is not None
@@ -179,9 +199,11 @@ def channels_now(profile: ProfileRead, channels: tuple[Channel, ...], kind: Cate
     return queued, skipped
 
 
-def fingerprint(caller: Caller, body: NotificationIn) -> str:
+def fingerprint(caller: Caller, body: NotificationIn, namespace: str | None = None) -> str:
     """What makes two requests with one Idempotency-Key the same request."""
-    document = {"caller": caller.name, "body": body.model_dump(mode="json")}
+    document: dict[str, object] = {"caller": caller.name, "body": body.model_dump(mode="json")}
+    if namespace is not None:
+        document["namespace"] = namespace
     text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

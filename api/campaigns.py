@@ -71,9 +71,34 @@ def new_campaign_id() -> str:
     return f"camp-{uuid.uuid4().hex[:12]}"
 
 
-def create(db: Database, c: Campaign, users: Sequence[str], batch: int = 1000) -> None:
+ACTIVE = ("scheduled", "running", "paused")
+
+
+class TooManyCampaigns(Exception):
+    def __init__(self, active: int) -> None:
+        super().__init__(f"{active} campaigns active")
+        self.active = active
+
+
+def dedup_key(c: Campaign, user_id: str) -> str:
+    """A campaign request's dedup key, in its caller's key space: each user once per campaign."""
+    return f"{c.caller}/{c.campaign_id}:{user_id}"
+
+
+def create(db: Database, c: Campaign, users: Sequence[str], max_active: int | None = None, batch: int = 1000) -> None:
+    """Store a new campaign and its segment; raises TooManyCampaigns when its caller already has
+    ``max_active`` scheduled, running or paused (counted and inserted in one transaction, the
+    caller's row locked, so two creates at once cannot both pass)."""
     params = json.dumps({**c.params, "__kind__": c.kind.value}, sort_keys=True)
     with db.tx() as cur:
+        if max_active is not None:
+            db.exec(cur, f"SELECT name FROM api_caller WHERE name = ?{db.for_update}", (c.caller,)).fetchone()
+            marks = ", ".join("?" * len(ACTIVE))
+            active = int(db.exec(
+                cur, f"SELECT COUNT(*) FROM api_campaign WHERE caller = ? AND state IN ({marks})", (c.caller, *ACTIVE)
+            ).fetchone()[0])
+            if active >= max_active:
+                raise TooManyCampaigns(active)
         db.exec(
             cur,
             f"INSERT INTO api_campaign ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)",
@@ -113,14 +138,17 @@ def set_written(db: Database, campaign_id: str, written: int, done: bool, now_ms
         )
 
 
-def users_from(db: Database, campaign_id: str, position: int, n: int) -> list[str]:
+def users_from(db: Database, campaign_id: str, position: int, n: int) -> list[tuple[int, str]]:
+    """The next ``n`` (position, user id) of the segment from ``position`` on; an erased user's
+    entry is gone, so positions may skip."""
     with db.tx(write=False) as cur:
         rows = db.exec(
             cur,
-            "SELECT user_id FROM api_campaign_user WHERE campaign_id = ? AND position >= ? ORDER BY position LIMIT ?",
+            "SELECT position, user_id FROM api_campaign_user WHERE campaign_id = ? AND position >= ?"
+            " ORDER BY position LIMIT ?",
             (campaign_id, position, n),
         ).fetchall()
-    return [r[0] for r in rows]
+    return [(int(r[0]), r[1]) for r in rows]
 
 
 def active(db: Database) -> list[str]:
@@ -131,10 +159,12 @@ def active(db: Database) -> list[str]:
     return [r[0] for r in rows]
 
 
-def ensure_topic(kafka: KafkaSettings, topic: str) -> None:
+def ensure_topic(kafka: KafkaSettings, topic: str, timeout_s: float = 30.0) -> None:
     """The campaigns' progress topic: one partition, compacted (the newest position per campaign),
-    replicated as every topic the tools make (``ops.kafka_io.create_topics``)."""
-    kafka_io.ensure_topics(kafka, [topic], 1, config={"cleanup.policy": "compact"})
+    replicated as every topic the tools make (``ops.kafka_io.create_topics``). Raises
+    KafkaException when the brokers do not answer within ``timeout_s``, TopicError when too few
+    are alive for its replicas."""
+    kafka_io.ensure_topics(kafka, [topic], 1, config={"cleanup.policy": "compact"}, timeout_s=timeout_s)
 
 
 def read_position(client_config: Mapping[str, str], topic: str, campaign_id: str, timeout_s: float = 30.0) -> int:
@@ -243,11 +273,11 @@ class Runner:
                 if self._manager.stopping.is_set() or not self._keep_going(db):
                     return True
                 users = users_from(db, c.campaign_id, position, min(per_batch, c.total - position))
-                wait = bucket.reserve(time.monotonic(), len(users))
+                wait = bucket.reserve(time.monotonic(), max(1, len(users)))
                 if wait > 0 and self._manager.stopping.wait(wait):
                     return True
+                position = users[-1][0] + 1 if users else c.total
                 self._batch(producer, c, position, users)
-                position += len(users)
                 set_written(db, c.campaign_id, position, position >= c.total, _now_ms())
             logger.info("campaign %s: done, %d requests written", c.campaign_id, c.total)
             self._manager.finished(self, force=True)
@@ -261,15 +291,17 @@ class Runner:
             return True
         return not self._manager.finished(self)
 
-    def _batch(self, producer: Producer, c: Campaign, position: int, users: Sequence[str]) -> None:
+    def _batch(self, producer: Producer, c: Campaign, position: int, users: Sequence[tuple[int, str]]) -> None:
+        """The requests of ``users`` and the campaign's new ``position`` (after them), in one
+        transaction."""
         ctx = self._ctx
         now = _now_ms()
         producer.begin_transaction()
         try:
-            for i, user in enumerate(users):
+            for at, user in users:
                 request, encoded = build_request(
                     {
-                        "notification_id": f"{c.campaign_id}-{position + i}",
+                        "notification_id": f"{c.campaign_id}-{at}",
                         "user_id": user,
                         "template_id": c.template,
                         "params": dict(c.params),
@@ -277,13 +309,13 @@ class Runner:
                         "priority": Priority.NORMAL.value,
                         "category": c.kind.value,
                         "event_time": now,
-                        "dedup_key": f"{c.campaign_id}:{user}",
+                        "dedup_key": dedup_key(c, user),
                     },
                     ctx.limits,
                     now,
                 )
                 _produce(producer, ctx.requests_topic, request.user_id.encode("utf-8"), encoded)
-            progress = json.dumps({"campaign_id": c.campaign_id, "position": position + len(users)}).encode()
+            progress = json.dumps({"campaign_id": c.campaign_id, "position": position}).encode()
             _produce(producer, ctx.campaigns_topic, c.campaign_id.encode(), progress, partition=0)
             producer.commit_transaction(ctx.kafka_timeout_s)
         except BaseException:

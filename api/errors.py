@@ -22,11 +22,13 @@ class ApiError(Exception):
         self.message = message
         self.problems = list(problems)
         self.headers = dict(headers or {})
+        self.extra: dict[str, object] = {}
 
     def body(self) -> dict[str, object]:
         out: dict[str, object] = {"error": self.code, "message": self.message}
         if self.problems:
             out["problems"] = self.problems
+        out.update(self.extra)
         return out
 
 

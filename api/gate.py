@@ -1,7 +1,9 @@
-"""The door every request goes through (plain ASGI, before routing): the bearer token of /v1
-calls (401), the caller's rate for new notifications (429 with Retry-After), a bounded body
-(413), one access log line without ids, params or tokens (the route's template, the status, the
-time), and a JSON 500 for anything unforeseen: nothing a request does brings the process down."""
+"""The door every request goes through (plain ASGI, before routing): on ``/v1`` the bearer token
+(401), the scope the route needs (403 naming it: ``api.scopes``), the caller's rate (429 with
+Retry-After: one bucket for new notifications, one for every other call); a bounded body (413);
+``X-Content-Type-Options: nosniff`` on every answer; one access log line without ids, params
+or tokens (the route's template, the status, the time), and a JSON 500 for anything unforeseen:
+nothing a request does brings the process down."""
 
 from __future__ import annotations
 
@@ -12,16 +14,19 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from api.errors import STORE_UNAVAILABLE, UNAUTHORIZED, ApiError
-from api.tokens import Caller, lookup
+from api.scopes import ROUTE_SCOPES, Scope, route_of
+from api.tokens import TokenCache, lookup, well_formed
 from senders.errors import StoreUnavailableError
 
 logger = logging.getLogger("api.access")
 
-Scope = MutableMapping[str, Any]
+AsgiScope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+ASGIApp = Callable[[AsgiScope, Receive, Send], Awaitable[None]]
+
+NOSNIFF = (b"x-content-type-options", b"nosniff")
 
 
 async def respond(send: Send, error: ApiError) -> None:
@@ -32,18 +37,29 @@ async def respond(send: Send, error: ApiError) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
+def raw_header(scope: AsgiScope, name: bytes) -> bytes | None:
     for key, value in scope.get("headers") or ():
         if key == name:
-            return bytes(value).decode("latin-1")
+            return bytes(value)
     return None
+
+
+def _header(scope: AsgiScope, name: bytes) -> str | None:
+    value = raw_header(scope, name)
+    return None if value is None else value.decode("latin-1")
+
+
+def forbidden_scope(caller: str, scope: Scope) -> ApiError:
+    error = ApiError(403, "forbidden", f"caller {caller} lacks the scope {scope.value}, which this route needs")
+    error.extra["scope"] = scope.value
+    return error
 
 
 class Gate:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -55,6 +71,9 @@ class Gate:
             if message["type"] == "http.response.start":
                 status[0] = int(message["status"])
                 started[0] = True
+                headers = list(message.get("headers", ()))
+                if all(bytes(k).lower() != NOSNIFF[0] for k, _ in headers):
+                    message["headers"] = [*headers, NOSNIFF]
             await send(message)
 
         try:
@@ -67,30 +86,17 @@ class Gate:
         level = logging.WARNING if status[0] >= 500 else logging.DEBUG
         logger.log(level, "%s %s %d %.1f ms", scope.get("method"), _route(scope), status[0], took)
 
-    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _handle(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
         path: str = scope.get("path", "")
         services = scope["app"].state.services
         if services is None:  # not started (the OpenAPI document alone)
             await self.app(scope, receive, send)
             return
         if path.startswith("/v1/"):
-            try:
-                caller = await self._caller(scope, services)
-            except StoreUnavailableError:
-                await respond(send, STORE_UNAVAILABLE)
+            refused = await self._admit(scope, services)
+            if refused is not None:
+                await respond(send, refused)
                 return
-            if caller is None:
-                await respond(send, UNAUTHORIZED)
-                return
-            scope.setdefault("state", {})["caller"] = caller
-            if scope.get("method") == "POST" and path == "/v1/notifications":
-                wait = services.callers.admit(caller.name, caller.rate_per_sec)
-                if wait is not None:
-                    await respond(send, ApiError(
-                        429, "rate_limited", f"caller {caller.name} is over its rate; retry after {wait} s",
-                        headers={"Retry-After": str(wait)},
-                    ))
-                    return
         api = services.cfg.api
         limit = api.max_campaign_body_bytes if path == "/v1/campaigns" else api.max_body_bytes
         body = await self._body(scope, receive, limit)
@@ -107,24 +113,55 @@ class Gate:
 
         await self.app(scope, replay, send)
 
-    async def _caller(self, scope: Scope, services: Any) -> Caller | None:
+    async def _admit(self, scope: AsgiScope, services: Any) -> ApiError | None:
+        """The caller, its scope for the route and its rate; the refusal, or None (admitted)."""
+        try:
+            found = await self._caller(scope, services)
+        except StoreUnavailableError:
+            return STORE_UNAVAILABLE
+        if found is None:
+            return UNAUTHORIZED
+        caller = found.caller
+        route = route_of(str(scope.get("method")), str(scope.get("path", "")))
+        if route is None:  # no such route or method: the router answers 404 or 405
+            return None
+        needed = ROUTE_SCOPES[route]
+        if not caller.may(needed):
+            return forbidden_scope(caller.name, needed)
+        scope.setdefault("state", {})["caller"] = caller
+        api = services.cfg.api
+        if route == ("POST", "/v1/notifications"):
+            wait = services.callers.admit(caller.name, caller.rate(api.default_rate_per_sec), "send")
+            what = "its rate of notifications"
+        else:
+            wait = services.callers.admit(caller.name, api.calls_rate_per_sec, "calls")
+            what = "api.calls_rate_per_sec"
+        if wait is not None:
+            return ApiError(429, "rate_limited", f"caller {caller.name} is over {what}; retry after {wait} s",
+                            headers={"Retry-After": str(wait)})
+        return None
+
+    async def _caller(self, scope: AsgiScope, services: Any) -> Any:
         header = _header(scope, b"authorization")
         if header is None or not header.startswith("Bearer "):
             return None
         token = header[len("Bearer "):].strip()
-        caller: Caller | None = services.tokens.get(token)
-        if caller is not None:
-            return caller
-        caller = await services.pool.run(lambda db: lookup(db, token))
-        if caller is not None:
-            services.tokens.put(token, caller)
-        return caller
+        if not well_formed(token):
+            return None
+        cache: TokenCache = services.tokens
+        cached = cache.get(token)
+        if cached is not None:
+            return None if cached is TokenCache.REFUSED else cached
+        now = int(time.time() * 1000)
+        found = await services.pool.run(lambda db: lookup(db, token, now))
+        cache.put(token, found)
+        return found
 
     @staticmethod
-    async def _body(scope: Scope, receive: Receive, limit: int) -> bytes | None:
+    async def _body(scope: AsgiScope, receive: Receive, limit: int) -> bytes | None:
         """The whole body, or None when it is over ``limit`` (read no further than that)."""
         length = _header(scope, b"content-length")
-        if length is not None and length.isdigit() and int(length) > limit:
+        if length is not None and length.isascii() and length.isdigit() and int(length) > limit:
             return None
         chunks: list[bytes] = []
         size = 0
@@ -142,7 +179,7 @@ class Gate:
         return b"".join(chunks)
 
 
-def _route(scope: Scope) -> str:
+def _route(scope: AsgiScope) -> str:
     route = scope.get("route")
     path = getattr(route, "path", None)
     return str(path) if path else "(no route)"

@@ -17,6 +17,9 @@ from senders.profiles.model import (
     SmsContact,
 )
 
+#: the largest value of an Avro long (what the request record's numbers are)
+AVRO_LONG_MAX = 2**63 - 1
+
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -26,9 +29,14 @@ class ErrorBody(BaseModel):
     error: str = Field(description="a short machine code: invalid_request, unknown_template, ...")
     message: str
     problems: list[str] | None = Field(default=None, description="one line per problem, by field")
+    scope: str | None = Field(default=None, description="403: the scope the route needs")
 
 
 class NotificationIn(Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"user_id": "nusrat", "template": "order_shipped", "params": {"order": "BD-7790"}, "channels": ["sms"]},
+    ]})
+
     user_id: str = Field(min_length=1, examples=["nusrat"])
     template: str = Field(min_length=1, examples=["order_shipped"])
     params: dict[str, str] = Field(default_factory=dict, examples=[{"order": "BD-7790"}])
@@ -39,7 +47,9 @@ class NotificationIn(Strict):
     event_time: datetime | int | None = Field(
         default=None, description="ISO-8601 with an offset, or epoch milliseconds; default: now"
     )
-    dedup_ttl_sec: int | None = Field(default=None, ge=1, description="the dedup window of this request")
+    dedup_ttl_sec: int | None = Field(default=None, ge=1, le=AVRO_LONG_MAX,
+                                      description="the dedup window of this request (the job clamps it to"
+                                      " dedup.max_window_sec)")
 
 
 class NotificationAccepted(BaseModel):
@@ -105,6 +115,8 @@ class ContactsIn(Strict):
     """Each channel given replaces that channel's list; an address the profile holds, given as a
     string, keeps its flags (senders/profiles/updates.py)."""
 
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"sms": ["+8801711000001"]}]})
+
     push: list[str | PushContact] | None = Field(default=None, max_length=MAX_CONTACTS_PER_CHANNEL)
     sms: list[str | SmsContact] | None = Field(default=None, max_length=MAX_CONTACTS_PER_CHANNEL)
     email: list[str | EmailContact] | None = Field(default=None, max_length=MAX_CONTACTS_PER_CHANNEL)
@@ -120,17 +132,28 @@ class ProfileOut(BaseModel):
 
 
 class DeviceIn(Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"user_id": "nusrat", "token": "tok-nusrat-2", "platform": "android"},
+    ]})
+
     user_id: str = Field(min_length=1)
     token: str = Field(min_length=1, max_length=MAX_TOKEN_CHARS)
     platform: Platform
 
 
 class Erased(BaseModel):
+    """What was removed (counts of rows)."""
+
     user_id: str
     profile: bool
     contacts: int
     statuses: int
     requests: int
+    idempotency_keys: int = 0
+    verdicts: int = 0
+    receipts: int = 0
+    limit_counters: int = 0
+    campaign_entries: int = 0
 
 
 class ReceiptIn(Strict):
@@ -146,6 +169,10 @@ class ReceiptOut(BaseModel):
 
 
 class CampaignIn(Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"template": "eid_sale", "segment": ["nusrat", "bruno"], "params": {"pct": "20"}, "rate": 10},
+    ]})
+
     template: str = Field(min_length=1, examples=["eid_sale"])
     segment: list[str] | None = Field(default=None, min_length=1, description="the user ids")
     segment_file: str | None = Field(default=None, description="a file of user ids, one a line, in api.segments_dir")

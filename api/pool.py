@@ -11,7 +11,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from api.tables import SCHEMA
+from api.tables import prepare
 from senders.store.db import Database, open_database
 
 T = TypeVar("T")
@@ -25,7 +25,7 @@ class StorePool:
         self._lock = threading.Lock()
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="api-store")
         first = self.db()  # connects now: a wrong location is reported at start
-        first.ensure_schema(SCHEMA)
+        prepare(first)  # the API's tables, migrated from an earlier layout where needed
 
     @classmethod
     def open(

@@ -5,6 +5,12 @@ callback hands the result to the waiting request's event loop. A record not ackn
 ``ack_timeout_ms`` is answered 503 (``message.timeout.ms`` is the same, so librdkafka gives up on
 it too: the caller's retry, with the same Idempotency-Key, is the one to count on, and a record
 that did arrive after all is a duplicate the dedup job suppresses).
+
+Whether the brokers answer is watched: librdkafka's "all brokers down" error marks them down at
+once, and a probe (the requests topic's metadata, every ``probe_interval_s``) marks them down or
+up again. While they are down ``unavailable()`` says why, and the API answers 503 at once
+instead of making each request wait the whole ack timeout; it never answers 202 without an
+acknowledgement either way.
 """
 
 from __future__ import annotations
@@ -38,8 +44,19 @@ class Written:
 
 
 class RequestProducer:
-    def __init__(self, client_config: Mapping[str, str], *, ack_timeout_ms: int, linger_ms: int = 1) -> None:
+    def __init__(
+        self,
+        client_config: Mapping[str, str],
+        *,
+        ack_timeout_ms: int,
+        linger_ms: int = 1,
+        topic: str | None = None,
+        probe_interval_s: float = 1.0,
+    ) -> None:
         self.ack_timeout_s = ack_timeout_ms / 1000
+        self._topic = topic
+        self._probe_interval_s = probe_interval_s
+        self._down: str | None = None  # None: up, or not known to be down yet
         self._producer = Producer({
             **client_config,
             "enable.idempotence": "true",
@@ -47,10 +64,45 @@ class RequestProducer:
             "linger.ms": str(linger_ms),
             "message.timeout.ms": str(ack_timeout_ms),
             "client.id": "notify-api",
+            "error_cb": self._on_error,
         })
         self._running = True
+        self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._poll, name="api-producer-poll", daemon=True)
         self._thread.start()
+        self._prober: threading.Thread | None = None
+        if topic is not None:
+            self._prober = threading.Thread(target=self._probe_loop, name="api-kafka-probe", daemon=True)
+            self._prober.start()
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.code() == KafkaError._ALL_BROKERS_DOWN:
+            if self._down is None:
+                logger.warning("Kafka is unreachable (all brokers down): new notifications are 503 until it answers")
+            self._down = "Kafka is unreachable"
+
+    def _probe_loop(self) -> None:
+        while not self._stopped.is_set():
+            self.probe()
+            self._stopped.wait(self._probe_interval_s)
+
+    def probe(self) -> bool:
+        """Ask the brokers for the requests topic now; True when they answer and have it."""
+        assert self._topic is not None
+        try:
+            metadata = self._producer.list_topics(self._topic, timeout=max(0.5, min(2.0, self._probe_interval_s)))
+            found = metadata.topics.get(self._topic)
+            down = None if found is not None and found.error is None else f"the topic {self._topic} is missing"
+        except KafkaException:
+            down = "Kafka is unreachable"
+        if (down is None) != (self._down is None):
+            logger.warning("Kafka: %s", "reachable again" if down is None else down)
+        self._down = down
+        return down is None
+
+    def unavailable(self) -> str | None:
+        """Why a write would not be acknowledged now (the brokers are known to be down), or None."""
+        return self._down
 
     def _poll(self) -> None:
         while self._running:
@@ -71,6 +123,7 @@ class RequestProducer:
                 if err is not None:
                     future.set_exception(NotAcknowledged(f"Kafka refused the record: {err.name()}"))
                 else:
+                    self._down = None  # acknowledged: the brokers answer
                     future.set_result(Written(msg.topic(), msg.partition(), msg.offset()))
 
             loop.call_soon_threadsafe(apply)
@@ -86,21 +139,17 @@ class RequestProducer:
         except TimeoutError:
             raise NotAcknowledged(f"no acknowledgement within {self.ack_timeout_s:g} s") from None
 
-    def reachable(self, topic: str, timeout_s: float = 2.0) -> bool:
-        """Whether the brokers answer and know the topic (readiness)."""
-        try:
-            metadata = self._producer.list_topics(topic, timeout=timeout_s)
-        except KafkaException:
-            return False
-        found = metadata.topics.get(topic)
-        return found is not None and found.error is None
-
     def close(self, timeout_s: float) -> int:
         """Deliver what is queued (up to ``timeout_s``), then stop; returns the records left."""
         deadline = time.monotonic() + timeout_s
+        self._stopped.set()
         left = self._producer.flush(max(0.0, timeout_s))
         self._running = False
         self._thread.join(max(0.1, deadline - time.monotonic()))
+        if self._prober is not None:
+            self._prober.join(max(0.1, deadline - time.monotonic()))
         if left:
             logger.warning("%d records were not delivered before the shutdown", left)
+        else:
+            self._producer.close()  # its threads and connections go now, not when it is collected
         return int(left)

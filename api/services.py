@@ -9,6 +9,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from confluent_kafka import KafkaException
 from fastapi import Request
 
 from api import campaigns
@@ -21,6 +22,7 @@ from api.ratelimit import CallerLimits
 from api.store import prune
 from api.tokens import TokenCache
 from operators.limits import RequestLimits
+from ops import kafka_io
 from senders.profiles.crypto import ContactCipher
 from senders.runtime.pool import contact_cipher, store_location
 from senders.store.db import Database, open_database
@@ -47,6 +49,7 @@ class Services:
     completions: CompletionWriter
     profiles: ProfileReads
     ready: bool = field(default=False)
+    campaigns_topic_ready: bool = field(default=False)
     _stop_pruning: threading.Event = field(default_factory=threading.Event)
 
     def _prune(self) -> None:
@@ -64,9 +67,24 @@ class Services:
         if db is not None:
             db.close()
 
+    def _ensure_campaigns_topic(self) -> None:
+        """The campaigns' progress topic, created when the brokers answer (retried until then:
+        the campaigns' runners retry too)."""
+        pause = 1.0
+        while not self._stop_pruning.is_set():
+            try:
+                campaigns.ensure_topic(self.cfg.kafka, self.cfg.api.campaigns_topic, timeout_s=10.0)
+                self.campaigns_topic_ready = True
+                return
+            except (KafkaException, kafka_io.TopicError) as exc:
+                logger.warning("the campaigns topic cannot be made yet (%s): again in %.0f s", exc, pause)
+            self._stop_pruning.wait(pause)
+            pause = min(pause * 2, 30.0)
+
     def start(self) -> None:
-        api = self.cfg.api
-        campaigns.ensure_topic(self.cfg.kafka, api.campaigns_topic)
+        """Start what runs beside the routes; nothing here waits for Kafka (the topic, the
+        verdicts' reader and the campaigns' runners each retry until the brokers answer)."""
+        threading.Thread(target=self._ensure_campaigns_topic, name="api-campaigns-topic", daemon=True).start()
         self.outcomes.start()
         self.campaigns.start_all(campaigns.active(self.pool.db()))
         threading.Thread(target=self._prune, name="api-prune", daemon=True).start()
@@ -111,12 +129,13 @@ def build_services(cfg: Settings) -> Services:
     return Services(
         cfg=cfg,
         pool=pool,
-        producer=RequestProducer(client, ack_timeout_ms=api.ack_timeout_ms),
+        producer=RequestProducer(client, ack_timeout_ms=api.ack_timeout_ms, topic=cfg.topics.requests,
+                                 probe_interval_s=api.kafka_probe_interval_ms / 1000),
         catalog=load_catalog(s.template_options()),
         cipher=contact_cipher(cfg),
         limits=limits,
         webhook_secrets=api.webhook_secret_map(),
-        tokens=TokenCache(api.token_cache_ttl_ms / 1000),
+        tokens=TokenCache(api.token_cache_ttl_ms / 1000, api.token_negative_ttl_ms / 1000),
         callers=CallerLimits(api.default_rate_per_sec),
         campaigns=campaigns.CampaignManager(ctx),
         outcomes=OutcomeReader(client, cfg.topics, api.outcomes_group, opener),

@@ -28,7 +28,7 @@ def verify(
         return "no secret for this provider"
     if not timestamp or not signature:
         return "unsigned"
-    if not timestamp.isdigit() or len(timestamp) > 12:
+    if not (timestamp.isascii() and timestamp.isdigit()) or len(timestamp) > 12:  # "²".isdigit() is true
         return "malformed timestamp"
     if abs(now_s - int(timestamp)) > tolerance_s:
         return "timestamp outside the replay window"

@@ -136,24 +136,27 @@ def request_by_id(db: Database, notification_id: str) -> RequestRecord | None:
     return RequestRecord.from_db(row) if row else None
 
 
-def requests_by_key(db: Database, dedup_key: str, limit: int = 20) -> list[RequestRecord]:
-    """The requests written with this dedup key, the first first."""
+def requests_by_key(db: Database, dedup_key: str, limit: int = 20, caller: str | None = None) -> list[RequestRecord]:
+    """The requests written with this dedup key (of one caller, when given), the first first."""
+    mine = " AND caller = ?" if caller is not None else ""
     with db.tx(write=False) as cur:
         rows = db.exec(
             cur,
-            f"SELECT {_REQUEST_COLUMNS} FROM api_request WHERE dedup_key = ? ORDER BY accepted_ms, notification_id"
-            " LIMIT ?",
-            (dedup_key, limit),
+            f"SELECT {_REQUEST_COLUMNS} FROM api_request WHERE dedup_key = ?{mine}"
+            " ORDER BY accepted_ms, notification_id LIMIT ?",
+            (dedup_key, *((caller,) if caller is not None else ()), limit),
         ).fetchall()
     return [RequestRecord.from_db(r) for r in rows]
 
 
-def requests_of_user(db: Database, user_id: str, limit: int) -> list[RequestRecord]:
+def requests_of_user(db: Database, user_id: str, limit: int, caller: str | None = None) -> list[RequestRecord]:
+    """A user's requests (those of one caller, when given), newest first."""
+    mine = " AND caller = ?" if caller is not None else ""
     with db.tx(write=False) as cur:
         rows = db.exec(
             cur,
-            f"SELECT {_REQUEST_COLUMNS} FROM api_request WHERE user_id = ? ORDER BY accepted_ms DESC LIMIT ?",
-            (user_id, limit),
+            f"SELECT {_REQUEST_COLUMNS} FROM api_request WHERE user_id = ?{mine} ORDER BY accepted_ms DESC LIMIT ?",
+            (user_id, *((caller,) if caller is not None else ()), limit),
         ).fetchall()
     return [RequestRecord.from_db(r) for r in rows]
 
@@ -263,27 +266,7 @@ def receipts_of(db: Database, message_keys: Sequence[str]) -> dict[str, list[tup
     return out
 
 
-# -- erasure and retention -------------------------------------------------------------------------
-
-
-def erase_user(db: Database, user_id: str) -> int:
-    """The API's records of a user: requests, idempotency keys, verdicts, receipts of the user's
-    messages. Returns the requests removed. (The profile, contacts and statuses: ProfileStore.erase.)"""
-    with db.tx() as cur:
-        db.exec(
-            cur,
-            "DELETE FROM api_receipt WHERE message_key IN (SELECT message_key FROM delivery_status WHERE user_id = ?)",
-            (user_id,),
-        )
-        db.exec(
-            cur,
-            "DELETE FROM api_outcome WHERE user_id = ? OR notification_id IN"
-            " (SELECT notification_id FROM api_request WHERE user_id = ?)",
-            (user_id, user_id),
-        )
-        db.exec(cur, "DELETE FROM api_idempotency WHERE user_id = ?", (user_id,))
-        removed = db.exec(cur, "DELETE FROM api_request WHERE user_id = ?", (user_id,)).rowcount
-    return max(0, int(removed))
+# -- retention -------------------------------------------------------------------------------------
 
 
 def prune(db: Database, now_ms: int, retention_ms: int, batch: int = 1000) -> int:

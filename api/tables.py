@@ -1,18 +1,32 @@
-"""The API's tables, in the senders' status store database (``senders.store.db``)."""
+"""The API's tables, in the senders' status store database (``senders.store.db``), and their
+migration from an earlier layout (``prepare``: run by the API at start and by the commands that
+use the tables)."""
 
 from __future__ import annotations
 
-SCHEMA = (
-    # bearer tokens: only the SHA-256 of a token is kept
-    """CREATE TABLE IF NOT EXISTS api_token (
+from senders.store.db import Database
+
+TOKEN_TABLE = """CREATE TABLE IF NOT EXISTS {name} (
         token_hash TEXT PRIMARY KEY,
         caller TEXT NOT NULL,
+        created_ms BIGINT NOT NULL,
+        expires_ms BIGINT,
+        revoked INTEGER NOT NULL DEFAULT 0
+    )"""
+
+SCHEMA = (
+    # callers: a unique name, its scopes, categories, templates, rate and shared namespaces
+    """CREATE TABLE IF NOT EXISTS api_caller (
+        name TEXT PRIMARY KEY,
+        scopes TEXT NOT NULL,
         categories TEXT NOT NULL,
         templates TEXT NOT NULL,
         rate_per_sec DOUBLE PRECISION,
-        created_ms BIGINT NOT NULL,
-        revoked INTEGER NOT NULL DEFAULT 0
+        namespaces TEXT NOT NULL,
+        created_ms BIGINT NOT NULL
     )""",
+    # bearer tokens of the callers: only the SHA-256 of a token is kept
+    TOKEN_TABLE.format(name="api_token"),
     # Idempotency-Key -> the first request's fingerprint and answer, for a bounded time
     """CREATE TABLE IF NOT EXISTS api_idempotency (
         idem_key TEXT PRIMARY KEY,
@@ -92,4 +106,20 @@ SCHEMA = (
         user_id TEXT NOT NULL,
         PRIMARY KEY (campaign_id, position)
     )""",
+    "CREATE INDEX IF NOT EXISTS api_campaign_by_caller ON api_campaign (caller, state)",
+    "CREATE INDEX IF NOT EXISTS api_campaign_user_by_user ON api_campaign_user (user_id)",
 )
+
+#: made once the tables have their current layout (after ``migrate``)
+AFTER_MIGRATION = ("CREATE INDEX IF NOT EXISTS api_token_by_caller ON api_token (caller)",)
+
+
+def prepare(db: Database) -> int:
+    """The API's tables, created where missing and migrated in place from an earlier layout;
+    returns the callers the migration made (0 when there was nothing to migrate)."""
+    from api.migrate import migrate
+
+    db.ensure_schema(SCHEMA)
+    made = migrate(db)
+    db.ensure_schema(AFTER_MIGRATION)
+    return made

@@ -113,8 +113,10 @@ def load_main(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from api.tables import SCHEMA
-    from api.tokens import Caller, create_token
+    from api.callers import Caller
+    from api.scopes import Scope
+    from api.tables import prepare
+    from api.tokens import create_caller
     from harness.local_kafka import LocalBroker
     from harness.ports import free_port
     from harness.settings_file import write_settings
@@ -139,12 +141,13 @@ def run(args: argparse.Namespace) -> int:
         kafka_io.create_topics(cfg.kafka.client_config(), cfg.topics.all(), 3)
         kafka_io.create_topics(cfg.kafka.client_config(), [cfg.senders.status_topic], 3)
         store = open_status_store(cfg)
-        store.db.ensure_schema(SCHEMA)
+        prepare(store.db)
         open_profile_store(cfg, store).put_many(
             (f"user-{i}", parse_profile({"contacts": {Channel.SMS.value: [f"+1555{i:07d}"]}}))
             for i in range(args.users)
         )
-        token = create_token(store.db, Caller("bench", frozenset({Category.TRANSACTIONAL})), int(time.time() * 1000))
+        token = create_caller(store.db, Caller("bench", frozenset({Scope.SEND}), frozenset({Category.TRANSACTIONAL})),
+                              int(time.time() * 1000))
         store.close()
         config = write_settings(cfg.with_overrides(), home / "api.toml")
         log = (home / "api.log").open("wb")

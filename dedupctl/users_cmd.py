@@ -1,5 +1,5 @@
-"""``dedupctl users``: put, get and erase user profiles (contacts encrypted at rest), re-encrypt
-them after a key rotation, and make a key.
+"""``dedupctl users``: put, import (``users_import_cmd``), get and erase user profiles (contacts
+encrypted at rest), re-encrypt them after a key rotation, and make a key.
 
 ``get`` prints the contacts: an operator asked for them. Nothing here logs them.
 """
@@ -11,10 +11,12 @@ import json
 import sys
 from typing import Any
 
+from operators.errors import ConfigError
 from operators.records import Channel
 from senders.profiles.crypto import generate_key
 from senders.profiles.model import profile_document, profile_from_json
-from senders.runtime.pool import open_profile_store, open_status_store
+from senders.profiles.user_id import user_id_problem
+from senders.runtime.pool import contact_cipher, open_profile_store, open_status_store
 from settings import Settings
 
 
@@ -30,7 +32,16 @@ def _read(source: str) -> bytes:
         return f.read()
 
 
+def _user_id(cfg: Settings, user_id: str) -> str:
+    """The one user-id rule (the API's), with the job's field limit."""
+    problem = user_id_problem(user_id, cfg.dedup.max_field_bytes)
+    if problem:
+        raise ConfigError(f"user id: {problem}")
+    return user_id
+
+
 def cmd_users_put(cfg: Settings, args: argparse.Namespace) -> int:
+    _user_id(cfg, args.user_id)
     try:
         text = _read(args.file)
     except OSError as exc:
@@ -48,6 +59,7 @@ def cmd_users_put(cfg: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_users_get(cfg: Settings, args: argparse.Namespace) -> int:
+    _user_id(cfg, args.user_id)
     store = open_status_store(cfg)
     try:
         profile = open_profile_store(cfg, store).get(args.user_id)
@@ -61,16 +73,23 @@ def cmd_users_get(cfg: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_users_erase(cfg: Settings, args: argparse.Namespace) -> int:
+    from api.erase import erase_user
+    from api.tables import prepare
+
+    _user_id(cfg, args.user_id)
     store = open_status_store(cfg)
     try:
-        erased = open_profile_store(cfg, store).erase(args.user_id)
+        prepare(store.db)  # the API's tables: erased too, whether or not an API ever ran here
+        done = erase_user(store.db, contact_cipher(cfg), args.user_id)
     finally:
         store.close()
     _out(
-        f"user {args.user_id}: {'profile' if erased.profile else 'no profile'} erased, {erased.contacts}"
-        f" contact(s), {erased.statuses} status row(s)"
+        f"user {args.user_id}: {'profile' if done.profile else 'no profile'} erased, {done.contacts} contact(s),"
+        f" {done.statuses} status row(s), {done.limit_counters} limit counter(s), {done.requests} API request(s),"
+        f" {done.idempotency_keys} idempotency key(s), {done.verdicts} verdict(s), {done.receipts} receipt(s),"
+        f" {done.campaign_entries} campaign entr{'y' if done.campaign_entries == 1 else 'ies'}"
     )
-    return 0 if erased.profile or erased.statuses else 3
+    return 0 if done.anything else 3
 
 
 def cmd_users_reencrypt(cfg: Settings, args: argparse.Namespace) -> int:
@@ -96,10 +115,13 @@ def register(subparsers: Any) -> None:
     q.add_argument("user_id")
     q.add_argument("file", help="the JSON document, or - for stdin")
     q.set_defaults(func=cmd_users_put)
+    from dedupctl.users_import_cmd import register as register_import
+
+    register_import(sub)
     q = sub.add_parser("get", help="print the user's profile (contacts included)")
     q.add_argument("user_id")
     q.set_defaults(func=cmd_users_get)
-    q = sub.add_parser("erase", help="remove the user's profile, contacts and status history")
+    q = sub.add_parser("erase", help="remove everything stored of the user (docs/api.md lists it)")
     q.add_argument("user_id")
     q.set_defaults(func=cmd_users_erase)
     q = sub.add_parser(

@@ -87,6 +87,7 @@ def create_topics(
     *,
     min_insync_replicas: int | None = None,
     config: Mapping[str, str] | None = None,
+    timeout_s: float = 30.0,
 ) -> dict[str, str]:
     """Create the topics that do not exist yet; returns name -> "created" | "exists".
 
@@ -94,11 +95,12 @@ def create_topics(
     cluster's ``default.replication.factor``) and ``min.insync.replicas`` (None: 2 from 3 replicas
     on, else 1), see ``replication_for``; ``config`` adds topic settings (``cleanup.policy``).
     Raises TopicError when too few brokers are alive for the replicas, KafkaException on any other
-    error. Topics that exist are left as they are (a warning names those with fewer replicas).
+    error, or when the brokers do not answer within ``timeout_s``. Topics that exist are left as
+    they are (a warning names those with fewer replicas).
     """
     wanted = list(dict.fromkeys(names))
     admin = AdminClient(dict(client_config))
-    metadata = admin.list_topics(timeout=30)
+    metadata = admin.list_topics(timeout=timeout_s)
     missing = [n for n in wanted if n not in metadata.topics]
     result = {n: "exists" for n in wanted if n not in missing}
     if not missing:
@@ -114,7 +116,7 @@ def create_topics(
                 len(missing), partitions, plan.factor, plan.min_insync)
     futures = admin.create_topics(
         [NewTopic(n, num_partitions=partitions, replication_factor=plan.factor, config=topic_config) for n in missing],
-        operation_timeout=30,
+        operation_timeout=timeout_s, request_timeout=timeout_s,
     )
     for name, future in futures.items():
         try:
@@ -151,11 +153,12 @@ def ensure_topics(
     partitions: int | None = None,
     *,
     config: Mapping[str, str] | None = None,
+    timeout_s: float = 30.0,
 ) -> dict[str, str]:
     """``create_topics`` with the replication and partitions of the ``[kafka]`` settings."""
     return create_topics(
         kafka.client_config(), names, partitions or kafka.partitions, kafka.replication_factor,
-        min_insync_replicas=kafka.min_insync_replicas, config=config,
+        min_insync_replicas=kafka.min_insync_replicas, config=config, timeout_s=timeout_s,
     )
 
 

@@ -25,10 +25,24 @@ class ApiSettings(Section):
     :param idempotency_ttl_s: how long an Idempotency-Key is remembered: a repeat within it gets
         the first answer; after it the key may be sent again (the dedup job still catches a repeat
         within its window)
-    :param default_rate_per_sec: notifications per second a caller may send when its token names
-        no rate (429 past it, with Retry-After); per API process
-    :param token_cache_ttl_ms: a verified token is trusted this long without reading the store
-        again (a revoked token is refused within it)
+    :param default_rate_per_sec: notifications per second a caller may send when it has no rate
+        of its own (429 past it, with Retry-After); per API process. A campaign may not run faster
+        than its caller's rate
+    :param calls_rate_per_sec: every other ``/v1`` call a caller may make per second, per API
+        process (429 past it)
+    :param token_cache_ttl_ms: a looked-up token is trusted this long without reading the store
+        again: a token revoked (``dedupctl api token revoke``) is refused at once by a process
+        that has not cached it and within this time by one that has. Its expiry is checked on
+        every request
+    :param token_negative_ttl_ms: a token the store does not know (or knows revoked or expired) is
+        refused this long without asking the store again
+    :param pending_wait_ms: a repeat of a request another API process is writing waits this long
+        for its answer (polling the store) before it answers 409; at least ``ack_timeout_ms``
+    :param max_active_campaigns: campaigns a caller may have scheduled, running or paused at once
+        (409 ``too_many_campaigns`` past it)
+    :param kafka_probe_interval_ms: how often the API asks the brokers for the requests topic's
+        metadata; while they do not answer, ``POST /v1/notifications`` is 503 at once and
+        ``/readyz`` says ``kafka: unreachable``
     :param webhook_secrets: the delivery receipts' HMAC secrets, ``provider=secret`` pairs
         separated by ``;`` (the provider as the senders name it: a URL's host[:port]); a secret
     :param webhook_tolerance_s: a receipt whose timestamp is further than this from the clock is
@@ -58,7 +72,12 @@ class ApiSettings(Section):
     ack_timeout_ms: int = 5_000
     idempotency_ttl_s: int = 86_400
     default_rate_per_sec: float = 100.0
-    token_cache_ttl_ms: int = 30_000
+    calls_rate_per_sec: float = 500.0
+    token_cache_ttl_ms: int = 5_000
+    token_negative_ttl_ms: int = 2_000
+    pending_wait_ms: int = 7_000
+    max_active_campaigns: int = 5
+    kafka_probe_interval_ms: int = 1_000
     webhook_secrets: OptionalSecret = None
     webhook_tolerance_s: int = 300
     campaigns_topic: str = "notifications.campaigns"
@@ -81,6 +100,7 @@ class ApiSettings(Section):
     @field_validator(
         "max_body_bytes", "max_campaign_body_bytes", "max_campaign_users", "ack_timeout_ms", "idempotency_ttl_s",
         "token_cache_ttl_ms", "webhook_tolerance_s", "campaign_batch_ms", "store_threads", "prune_interval_s",
+        "pending_wait_ms", "max_active_campaigns", "kafka_probe_interval_ms",
     )
     @classmethod
     def _positive(cls, value: int) -> int:
@@ -88,7 +108,14 @@ class ApiSettings(Section):
             raise ValueError("must be at least 1")
         return value
 
-    @field_validator("default_rate_per_sec", "shutdown_timeout_s")
+    @field_validator("token_negative_ttl_ms")
+    @classmethod
+    def _not_negative(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError("must be 0 (no negative cache) or more")
+        return value
+
+    @field_validator("default_rate_per_sec", "calls_rate_per_sec", "shutdown_timeout_s")
     @classmethod
     def _positive_float(cls, value: float) -> float:
         if not value > 0:

@@ -13,10 +13,17 @@ A contact is either just its address (the short form: verified and active) or
 templates' default locale, the time zone defaults to UTC, no quiet hours means none, a channel
 missing from ``marketing`` is opted in, and no contacts means nothing can be sent.
 
-Validation is strict: unknown fields, a time zone that is not an IANA name, times that are not
+Validation is strict: unknown fields, a time zone that is not ``UTC`` or an IANA ``Area/Location``
+name (``Asia/Dhaka``, ``America/Argentina/Salta``; not ``localtime``, ``Factory``, ``posixrules``,
+the POSIX-style ``EST5EDT``, nor ``Etc/GMT+6``: a fixed offset follows no place's clock, and its
+sign is the reverse of what it reads; say ``UTC`` or a city), times that are not
 ``HH:MM``, phone numbers not in E.164, implausible email addresses, duplicate addresses and
 oversized documents are all rejected. ``ProfileError`` lists the problems by field; it never
 quotes an address (contacts are personal data), nor does the repr of a contact.
+
+A stored document is read with ``STORED`` as the validation context: a zone stored before the
+rule was strict (any name ``zoneinfo`` knows) still reads, and stays until the time zone is
+changed; only what comes in is held to the rule.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from pydantic import (
     StrictBool,
     StrictStr,
     ValidationError,
+    ValidationInfo,
     model_validator,
 )
 
@@ -70,9 +78,29 @@ def _zone_names() -> frozenset[str]:
     return frozenset(zoneinfo.available_timezones())
 
 
-def _check_zone(name: str) -> str:
-    if name not in _zone_names():
-        raise ValueError("not an IANA time zone name (such as Asia/Dhaka or UTC)")
+#: the areas of IANA's Area/Location names
+ZONE_AREAS = frozenset({"Africa", "America", "Antarctica", "Arctic", "Asia", "Atlantic", "Australia", "Europe",
+                        "Indian", "Pacific"})
+#: the validation context of a stored document (``parse_profile(..., stored=True)``)
+STORED = {"stored": True}
+
+
+def zone_problem(name: str) -> str | None:
+    """Why ``name`` is not a time zone a profile may be given, or None."""
+    if name == "UTC":
+        return None
+    if name.partition("/")[0] not in ZONE_AREAS or name not in _zone_names():
+        return "a time zone is UTC or an IANA Area/Location name such as Asia/Dhaka"
+    return None
+
+
+def _check_zone(name: str, info: ValidationInfo) -> str:
+    stored = bool(info.context and info.context.get("stored"))
+    if stored and name in _zone_names():
+        return name
+    problem = zone_problem(name)
+    if problem:
+        raise ValueError(problem)
     return name
 
 
@@ -257,10 +285,11 @@ def problems_of(exc: ValidationError) -> list[str]:
     return lines
 
 
-def parse_profile(data: object) -> Profile:
-    """A profile from a parsed JSON document; raises ProfileError."""
+def parse_profile(data: object, *, stored: bool = False) -> Profile:
+    """A profile from a parsed JSON document; raises ProfileError. ``stored``: a document the
+    store holds (or made from one), whose time zone may predate the strict rule."""
     try:
-        return Profile.model_validate(data)
+        return Profile.model_validate(data, context=STORED if stored else None)
     except ValidationError as exc:
         raise ProfileError(problems_of(exc)) from None
 

@@ -107,7 +107,7 @@ def apply_contacts(profile: Profile, update: Mapping[str, Any]) -> Profile:
                 for e in entries
             ]
         document["contacts"][name] = entries
-    return parse_profile(document)
+    return parse_profile(document, stored=True)  # the preferences are the stored ones
 
 
 def add_device(profile: Profile, token: str, platform: Platform) -> Profile:
@@ -123,7 +123,7 @@ def add_device(profile: Profile, token: str, platform: Platform) -> Profile:
         if len(push) >= MAX_CONTACTS_PER_CHANNEL:
             raise ProfileError([f"contacts.push: at most {MAX_CONTACTS_PER_CHANNEL} devices"])
         push.append({"address": token, "platform": platform})
-    return parse_profile(document)
+    return parse_profile(document, stored=True)
 
 
 def deactivate_address(profile: Profile, channel: Channel, address: str) -> Profile:

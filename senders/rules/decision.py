@@ -4,6 +4,8 @@
 check, in this order     transactional (codes, orders, payments)     marketing
 =======================  ==========================================  ============================
 no active address        skipped: no_address                         skipped: no_address
+no verified one          skipped: no_verified_address, unless the    skipped: no_verified_address
+                         template says ``allow_unverified``
 preferences unreadable   fail open: go on                            fail closed: deferred
                                                                      (preferences_unavailable)
 opt-out                  never                                       skipped: opted_out
@@ -12,6 +14,12 @@ limit                    one-time codes, per recipient per window    per user pe
                          -> rejected: recipient_limit                -> rejected: marketing_limit
 otherwise                send                                        send
 =======================  ==========================================  ============================
+
+A message goes to the channel's active addresses that are verified (``deliverable``): the
+``verified`` flag is what the profile's writer (a caller with ``profiles:write``) asserts, and an
+address in the short form is verified. A transactional template that verifies the address itself
+(a one-time code: ``allow_unverified = true`` in its template.toml) also goes to unverified ones;
+marketing never does.
 
 A limit is checked last, so it is consumed only by a message that is really sent.
 The kind is the template's: a request that claims ``transactional`` for a marketing template
@@ -54,6 +62,7 @@ class RuleMessage:
     :param one_time_code: the template sends a one-time code (the abuse limit applies)
     :param notification_id: the unit of the daily marketing limit
     :param message_key: the unit of the one-time-code limit
+    :param allow_unverified: the template may go to unverified addresses (transactional only)
     """
 
     kind: Category
@@ -62,13 +71,15 @@ class RuleMessage:
     user_id: str
     notification_id: str
     message_key: str
+    allow_unverified: bool = False
 
     @classmethod
     def of(
         cls, template: Template, *, channel: Channel, user_id: str, notification_id: str, message_key: str
     ) -> RuleMessage:
-        """The message of a template: its kind and one-time-code flag are the template's."""
-        return cls(template.kind, template.one_time_code, channel, user_id, notification_id, message_key)
+        """The message of a template: its kind and its flags are the template's."""
+        return cls(template.kind, template.one_time_code, channel, user_id, notification_id, message_key,
+                   template.allow_unverified)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +96,13 @@ class Decision:
     addresses: tuple[Contact, ...] = field(default=(), repr=False)
     not_before_ms: int | None = None
     consume: tuple[LimitClaim, ...] = ()
+
+
+def deliverable(contacts: Contacts, channel: Channel, kind: Category, allow_unverified: bool) -> tuple[Contact, ...]:
+    """The addresses a message of this kind may go to: active, and verified unless a
+    transactional template allows unverified ones (marketing never goes to those)."""
+    unverified_ok = allow_unverified and kind is Category.TRANSACTIONAL
+    return tuple(c for c in contacts.active(channel) if c.verified or unverified_ok)
 
 
 def quiet_window(preferences: Preferences) -> QuietWindow | None:
@@ -110,7 +128,8 @@ def limit_claims(
         claim = marketing_claim(msg.user_id, msg.notification_id, preferences.zone(), now_ms, options)
         return () if claim is None else (claim,)
     if msg.one_time_code:
-        recipients = [recipient_id(msg.channel, c.address) for c in contacts.active(msg.channel)]
+        to = deliverable(contacts, msg.channel, msg.kind, msg.allow_unverified)
+        recipients = [recipient_id(msg.channel, c.address) for c in to]
         return one_time_code_claims(recipients, msg.message_key, now_ms, options)
     return ()
 
@@ -129,9 +148,11 @@ def decide(
     :param preferences: the user's preferences; None when they could not be read
     :param counts: the store's state of the keys of ``limit_claims`` (a key missing: empty)
     """
-    addresses = contacts.active(msg.channel)
-    if not addresses:
+    if not contacts.active(msg.channel):
         return Decision(Outcome.SKIPPED, Reason.NO_ADDRESS)
+    addresses = deliverable(contacts, msg.channel, msg.kind, msg.allow_unverified)
+    if not addresses:
+        return Decision(Outcome.SKIPPED, Reason.NO_VERIFIED_ADDRESS)
     if msg.kind is Category.MARKETING:
         if preferences is None:
             retry_at = now_ms + options.preferences_retry_ms

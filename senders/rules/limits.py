@@ -17,6 +17,7 @@ admitted message in the transaction of its claim, and the count is exact once pe
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
@@ -57,6 +58,33 @@ class CounterState:
     has_unit: bool = False
 
 
+MARKETING_PREFIX = "marketing:"
+ONE_TIME_CODE_PREFIX = "otp:"
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_DIGITS = re.compile(r"\d+")
+
+
+def marketing_key(user_id: str, day: date) -> str:
+    return f"{MARKETING_PREFIX}{user_id}:{day.isoformat()}"
+
+
+def one_time_code_key(recipient: str, window_start_ms: int) -> str:
+    return f"{ONE_TIME_CODE_PREFIX}{recipient}:{window_start_ms}"
+
+
+def is_users_counter(key: str, user_id: str) -> bool:
+    """Whether ``key`` is one of ``user_id``'s own marketing counters: exactly
+    ``marketing:<user_id>:<date>`` (user ``a`` does not own ``marketing:a:b:<date>``)."""
+    prefix = f"{MARKETING_PREFIX}{user_id}:"
+    return key.startswith(prefix) and _DATE.fullmatch(key[len(prefix):]) is not None
+
+
+def is_recipients_counter(key: str, recipient: str) -> bool:
+    """Whether ``key`` is exactly a one-time-code counter of ``recipient`` (a lookup hash)."""
+    prefix = f"{ONE_TIME_CODE_PREFIX}{recipient}:"
+    return key.startswith(prefix) and _DIGITS.fullmatch(key[len(prefix):]) is not None
+
+
 def local_day(zone: ZoneInfo, now_ms: int) -> date:
     """The user's calendar date at an instant."""
     return datetime.fromtimestamp(now_ms // 1000, tz=zone).date()
@@ -72,7 +100,7 @@ def marketing_claim(
     # two local midnights on: past the end of this local day whatever the clocks do
     after = datetime.combine(day + timedelta(days=2), time(), tzinfo=zone)
     return LimitClaim(
-        key=f"marketing:{user_id}:{day.isoformat()}",
+        key=marketing_key(user_id, day),
         unit=notification_id,
         limit=options.marketing_per_day,
         reason=Reason.MARKETING_LIMIT,
@@ -90,7 +118,7 @@ def one_time_code_claims(
     start = now_ms - now_ms % window
     return tuple(
         LimitClaim(
-            key=f"otp:{recipient}:{start}",
+            key=one_time_code_key(recipient, start),
             unit=message_key,
             limit=options.one_time_codes_per_window,
             reason=Reason.RECIPIENT_LIMIT,

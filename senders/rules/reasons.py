@@ -14,6 +14,7 @@ class Outcome(StrEnum):
 
 class Reason(StrEnum):
     NO_ADDRESS = "no_address"
+    NO_VERIFIED_ADDRESS = "no_verified_address"  # active addresses, none verified (and none allowed)
     OPTED_OUT = "opted_out"
     QUIET_HOURS = "quiet_hours"
     PREFERENCES_UNAVAILABLE = "preferences_unavailable"

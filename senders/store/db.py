@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -136,6 +136,8 @@ class Database:
         self._transient = transient
         self._conn: Any = None
         self._lock_suffix = " FOR UPDATE" if dialect == "postgresql" else ""
+        #: called after each committed transaction (the senders count them: a metric)
+        self.on_commit: Callable[[], None] | None = None
 
     @property
     def for_update(self) -> str:
@@ -147,6 +149,21 @@ class Database:
     def exec(self, cur: Any, text: str, params: Iterable[Any] = ()) -> Any:
         cur.execute(self.sql(text), tuple(params))
         return cur
+
+    def exec_each(self, cur: Any, text: str, params: Iterable[Sequence[Any]]) -> list[list[tuple[Any, ...]]]:
+        """One statement with a ``RETURNING`` clause for each set of parameters; the rows each
+        returned (PostgreSQL: pipelined in one round trip)."""
+        items = [tuple(p) for p in params]
+        if not items:
+            return []
+        if self.dialect == "postgresql":
+            cur.executemany(self.sql(text), items, returning=True)
+            out = []
+            while True:
+                out.append(list(cur.fetchall()))
+                if not cur.nextset():
+                    return out
+        return [list(cur.execute(text, p).fetchall()) for p in items]
 
     def _connection(self) -> Any:
         if self._conn is None:
@@ -169,7 +186,7 @@ class Database:
             for ddl in SCHEMA:
                 cur.execute(ddl)
             for table, column, kind in ADDED_COLUMNS:
-                if column not in self._columns(cur, table):
+                if column not in self.columns(cur, table):
                     cur.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
             for ddl in INDEXES:
                 cur.execute(ddl)
@@ -183,7 +200,13 @@ class Database:
             for ddl in statements:
                 cur.execute(ddl)
 
-    def _columns(self, cur: Any, table: str) -> set[str]:
+    def lock_schema(self, cur: Any) -> None:
+        """Inside a transaction: serialise it with every other schema change (PostgreSQL)."""
+        if self.dialect == "postgresql":
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+
+    def columns(self, cur: Any, table: str) -> set[str]:
+        """A table's column names (empty when there is no such table)."""
         if self.dialect == "postgresql":
             cur.execute(
                 "SELECT column_name FROM information_schema.columns WHERE table_name = %s"
@@ -205,6 +228,8 @@ class Database:
                 cur.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             yield cur
             conn.commit() if self.dialect == "postgresql" else cur.execute("COMMIT")
+            if self.on_commit is not None:
+                self.on_commit()
         except self._transient as exc:
             self._rollback_or_drop()
             raise StoreUnavailableError(f"status store {self.where} unavailable: {exc}") from None

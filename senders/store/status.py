@@ -129,15 +129,26 @@ class RedriveStep(StrEnum):
     NOT_FAILED = "not_failed"  # its message is no longer failed (sent, or redriven by another letter)
 
 
-def erase_user_rows(db: Database, cur: Any, user_id: str, counter_prefixes: Iterable[str]) -> int:
-    """Inside a transaction: remove a user's status history, and the limit units of the counters
-    under ``counter_prefixes`` (they name the user or the user's addresses). Returns the status
-    rows removed."""
+def erase_user_rows(
+    db: Database, cur: Any, user_id: str, counter_prefixes: Iterable[str], owns: Callable[[str], bool]
+) -> tuple[int, int]:
+    """Inside a transaction: remove a user's status history, and the limit counters (and their
+    units) that are the user's: of the keys under ``counter_prefixes``, exactly those ``owns``
+    says are (``senders.rules.limits.is_users_counter`` and ``is_recipients_counter``: a prefix
+    alone would take user ``a:b``'s counters with user ``a``'s). Returns (status rows, counters)
+    removed."""
     n = db.exec(cur, "DELETE FROM delivery_status WHERE user_id = ?", (user_id,)).rowcount
-    for prefix in counter_prefixes:
-        for table in ("limit_unit", "limit_counter"):
-            db.exec(cur, f"DELETE FROM {table} WHERE substr(counter_key, 1, ?) = ?", (len(prefix), prefix))
-    return int(n)
+    keys: set[str] = set()
+    for prefix in dict.fromkeys(counter_prefixes):
+        for table in ("limit_counter", "limit_unit"):
+            found = db.exec(
+                cur, f"SELECT DISTINCT counter_key FROM {table} WHERE substr(counter_key, 1, ?) = ?",
+                (len(prefix), prefix),
+            ).fetchall()
+            keys.update(k for (k,) in found if owns(k))
+    for table in ("limit_unit", "limit_counter"):
+        cur.executemany(db.sql(f"DELETE FROM {table} WHERE counter_key = ?"), [(k,) for k in sorted(keys)])
+    return int(n), len(keys)
 
 
 class StatusStore:

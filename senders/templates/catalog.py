@@ -13,6 +13,8 @@ One directory per template, named by the template id (``[a-z0-9][a-z0-9_.-]*``):
     kind = "marketing"                    # or "transactional"
     channels = ["push", "sms", "email"]   # the channels it has bodies for
     one_time_code = false                 # optional; true only for a transactional template
+    allow_unverified = false              # optional; true only for a transactional template that
+                                          # verifies the address itself (a one-time code)
     description = "..."                   # optional
 
 ``v<N>.toml``, N = 1, 2, ... (a higher number is a newer version, published later)::
@@ -64,7 +66,7 @@ PARTS: Mapping[Channel, tuple[str, ...]] = {
 }
 _NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 _VERSION_FILE = re.compile(r"v([1-9]\d{0,5})\.toml")
-_TEMPLATE_KEYS = {"kind", "channels", "one_time_code", "description"}
+_TEMPLATE_KEYS = {"kind", "channels", "one_time_code", "allow_unverified", "description"}
 
 TEXT_ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
 HTML_ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=True)
@@ -92,12 +94,17 @@ class Version:
 
 @dataclass(frozen=True, slots=True)
 class Template:
+    """A template. ``allow_unverified``: its messages may go to addresses the profile does not
+    mark verified (a transactional template whose message verifies the address, such as a
+    one-time code); otherwise only to verified ones, and marketing never to others."""
+
     name: str
     kind: Category
     one_time_code: bool
     channels: tuple[Channel, ...]
     versions: tuple[Version, ...]  # ascending
     description: str = ""
+    allow_unverified: bool = False
 
     def version_at(self, event_time_ms: int) -> Version:
         """The newest version published at or before the event time; raises NoVersion."""
@@ -236,6 +243,12 @@ def load_template(directory: Path, options: TemplateOptions) -> tuple[Template |
         problems.append(f"{where}: one_time_code must be true or false")
     elif one_time_code and kind == Category.MARKETING.value:
         problems.append(f"{where}: a one-time code is transactional, not marketing")
+    allow_unverified = data.get("allow_unverified", False)
+    if not isinstance(allow_unverified, bool):
+        problems.append(f"{where}: allow_unverified must be true or false")
+    elif allow_unverified and kind == Category.MARKETING.value:
+        problems.append(f"{where}: marketing never goes to an unverified address (allow_unverified is for"
+                        " transactional templates)")
     description = data.get("description", "")
     if not isinstance(description, str):
         problems.append(f"{where}: description must be a string")
@@ -256,7 +269,9 @@ def load_template(directory: Path, options: TemplateOptions) -> tuple[Template |
             problems.append(f"{name}/v{newer.number}.toml: published_at must be later than v{older.number}'s")
     if problems:
         return None, problems
-    return Template(name, Category(str(kind)), bool(one_time_code), channels, tuple(loaded), str(description)), []
+    template = Template(name, Category(str(kind)), bool(one_time_code), channels, tuple(loaded), str(description),
+                        bool(allow_unverified))
+    return template, []
 
 
 def scan(root: Path, options: TemplateOptions) -> tuple[dict[str, Template], list[str]]:

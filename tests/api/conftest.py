@@ -18,17 +18,21 @@ from typing import Any
 import httpx
 import pytest
 
+from api.callers import Caller
+from api.scopes import Scope
 from api.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
-from api.tables import SCHEMA
-from api.tokens import Caller, create_token
+from api.tables import prepare
+from api.tokens import create_caller
 from harness.ports import free_port
 from harness.settings_file import write_settings
 from operators.contract import Topics
-from operators.records import Category
+from operators.records import Category, Channel
 from ops import kafka_io
 from senders.runtime.pool import ensure_topics, open_status_store
+from senders.statuses import Lane
 from settings import REPO_ROOT, Settings
-from tests.senders.conftest import fast_senders, register_users
+from tests.senders.conftest import fast_senders, read_records, register_users
+from tests.senders.fake_http import FakeHttpProvider
 
 WEBHOOK_SECRET = "whsec-test-3f9a"
 
@@ -113,18 +117,28 @@ class RunningApi:
         return code
 
     def token(self, name: str, categories: tuple[Category, ...] = (Category.TRANSACTIONAL,),
-              templates: tuple[str, ...] = (), rate: float | None = None) -> str:
-        store = open_status_store(self.cfg)
-        try:
-            store.db.ensure_schema(SCHEMA)
-            return create_token(store.db, Caller(name, frozenset(categories), frozenset(templates), rate),
-                                int(time.time() * 1000))
-        finally:
-            store.close()
+              templates: tuple[str, ...] = (), rate: float | None = None,
+              scopes: tuple[Scope, ...] = (Scope.SEND, Scope.STATUS_READ), namespaces: tuple[str, ...] = (),
+              expires_ms: int | None = None) -> str:
+        """A new caller ``name`` and its token (as ``dedupctl api token create`` makes them)."""
+        return make_token(self.cfg, Caller(name, frozenset(scopes), frozenset(categories), frozenset(templates), rate,
+                                           frozenset(namespaces)), expires_ms)
 
     def client(self, token: str | None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+
+def make_token(cfg: Settings, caller: Caller, expires_ms: int | None = None) -> str:
+    store = open_status_store(cfg)
+    try:
+        prepare(store.db)
+        return create_caller(store.db, caller, int(time.time() * 1000), expires_ms)
+    finally:
+        store.close()
+
+
+ALL_SCOPES = tuple(Scope)
 
 
 def signed(body: dict[str, Any], secret: str = WEBHOOK_SECRET, at: int | None = None) -> tuple[bytes, dict[str, str]]:
@@ -141,6 +155,70 @@ def api_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def register(cfg: Settings, users: list[str]) -> None:
     register_users(cfg, users)
+
+
+PIPELINE_USERS = ["nusrat", "bruno", "chen"]
+
+
+@dataclass
+class Pipeline:
+    """The API, the dedup job and the sender workers (SMS, an HTTP provider: a local fake)."""
+
+    api: RunningApi
+    cfg: Settings
+    fake: FakeHttpProvider
+    provider: str  # the senders' name of the HTTP provider (its host:port)
+    sender: str  # the token of caller "shop": send, status:read
+    bootstrap: str
+    support: str  # a support:read token
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        return self.api.client(token if token is not None else self.sender)
+
+    def _path(self, ident: str, support: bool) -> str:
+        return f"/v1/support/notifications/{ident}" if support else f"/v1/notifications/{ident}"
+
+    def status(self, ident: str, support: bool = False, token: str | None = None) -> dict:  # type: ignore[type-arg]
+        """``GET`` of a notification: the caller's own (``token``, else shop's), or support's."""
+        reply = self.client(self.support if support else token).get(self._path(ident, support))
+        assert reply.status_code == 200, reply.text
+        return reply.json()  # type: ignore[no-any-return]
+
+    def verdict(self, ident: str, support: bool = False, token: str | None = None) -> str | None:
+        reply = self.client(self.support if support else token).get(self._path(ident, support))
+        return str(reply.json()["verdict"]) if reply.status_code == 200 else None
+
+    def requests(self) -> list[dict]:  # type: ignore[type-arg]
+        return read_records(self.bootstrap, self.cfg.topics.requests, "notification_request")
+
+
+@pytest.fixture(scope="module")
+def pipeline(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
+    root = tmp_path_factory.mktemp("pipeline")
+    fake = FakeHttpProvider().start()
+    provider = fake.url.split("/")[2]
+    cfg = api_settings(
+        kafka_bootstrap, root, senders={"sms_primary": fake.url},
+        api={"webhook_secrets": f"{provider}=whsec-test-3f9a"},
+    )
+    register_users(cfg, PIPELINE_USERS, [Channel.SMS])
+    from jobs.runner import run_job
+    from senders.runtime.pool import build_pool
+
+    job = run_job(cfg.with_overrides(dedup={"max_field_bytes": 100}), None, detached=True)
+    pool = build_pool(cfg, channels=[Channel.SMS], lanes=[Lane.NORMAL, Lane.PRIORITY]).start()
+    api = RunningApi(cfg, root).start()
+    try:
+        yield Pipeline(api, cfg, fake, provider, api.token("shop"), kafka_bootstrap,
+                       api.token("support", scopes=(Scope.SUPPORT_READ,)))
+    finally:
+        api.stop()
+        pool.stop()
+        try:
+            job.cancel().result()  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 - already finished
+            pass
+        fake.stop()
 
 
 @pytest.fixture(scope="module")

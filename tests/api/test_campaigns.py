@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from api.scopes import Scope
 from operators.records import Category
 from tests.api.conftest import RunningApi, api_settings
 from tests.senders.conftest import read_records, wait_until
@@ -22,8 +23,8 @@ def test_a_campaign_paused_resumed_and_killed_once_writes_each_user_exactly_once
     cfg = api_settings(kafka_bootstrap, tmp_path)
     api = RunningApi(cfg, tmp_path).start()
     try:
-        marketing = api.token("growth", categories=(Category.MARKETING,))
-        shop = api.token("shop")
+        marketing = api.token("growth", categories=(Category.MARKETING,), scopes=(Scope.CAMPAIGNS,), rate=500)
+        shop = api.token("shop")  # send, status:read: no campaigns
         users = [f"user-{i}" for i in range(1000)]
         body = {"template": "eid_sale", "segment": users + users[:5], "params": {"pct": "20"}, "rate": 200}
         with api.client(shop) as c:
@@ -62,7 +63,7 @@ def test_a_campaign_paused_resumed_and_killed_once_writes_each_user_exactly_once
             api.stop()
     records = read_records(kafka_bootstrap, cfg.topics.requests, "notification_request")
     assert len(records) == 1000
-    assert sorted(r["dedup_key"] for r in records) == sorted(f"{cid}:{u}" for u in users)
+    assert sorted(r["dedup_key"] for r in records) == sorted(f"growth/{cid}:{u}" for u in users)
     assert {(r["template_id"], r["priority"], r["category"], tuple(r["channels"])) for r in records} == {
         ("eid_sale", "normal", "marketing", ("push", "sms", "email"))}
     assert {r["params"]["pct"] for r in records} == {"20"}

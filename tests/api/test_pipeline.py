@@ -10,77 +10,19 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 
-from jobs.runner import run_job
+from api.scopes import Scope
 from operators import codec
 from operators.records import Category, Channel, NotificationRequest
 from ops import kafka_io
-from senders.runtime.pool import build_pool
-from senders.statuses import Lane
-from settings import Settings
-from tests.api.conftest import RunningApi, api_settings, signed
-from tests.senders.conftest import address_of, read_records, register_users, wait_until
-from tests.senders.fake_http import FakeHttpProvider
+from tests.api.conftest import Pipeline, RunningApi, signed
+from tests.senders.conftest import address_of, read_records, wait_until
 
 pytestmark = pytest.mark.integration
-
-USERS = ["nusrat", "bruno", "chen"]
-
-
-@dataclass
-class Pipeline:
-    api: RunningApi
-    cfg: Settings
-    fake: FakeHttpProvider
-    provider: str  # the senders' name of the HTTP provider (its host:port)
-    sender: str  # a transactional caller's token
-    bootstrap: str
-
-    def client(self, token: str | None = None) -> httpx.Client:
-        return self.api.client(token if token is not None else self.sender)
-
-    def status(self, ident: str) -> dict:  # type: ignore[type-arg]
-        reply = self.client().get(f"/v1/notifications/{ident}")
-        assert reply.status_code == 200, reply.text
-        return reply.json()  # type: ignore[no-any-return]
-
-    def verdict(self, ident: str) -> str | None:
-        reply = self.client().get(f"/v1/notifications/{ident}")
-        return str(reply.json()["verdict"]) if reply.status_code == 200 else None
-
-    def requests(self) -> list[dict]:  # type: ignore[type-arg]
-        return read_records(self.bootstrap, self.cfg.topics.requests, "notification_request")
-
-
-@pytest.fixture(scope="module")
-def pipeline(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
-    root = tmp_path_factory.mktemp("pipeline")
-    fake = FakeHttpProvider().start()
-    provider = fake.url.split("/")[2]
-    cfg = api_settings(
-        kafka_bootstrap, root, senders={"sms_primary": fake.url},
-        api={"webhook_secrets": f"{provider}=whsec-test-3f9a"},
-    )
-    register_users(cfg, USERS, [Channel.SMS])
-    job = run_job(cfg.with_overrides(dedup={"max_field_bytes": 100}), None, detached=True)
-    pool = build_pool(cfg, channels=[Channel.SMS], lanes=[Lane.NORMAL, Lane.PRIORITY]).start()
-    api = RunningApi(cfg, root).start()
-    try:
-        yield Pipeline(api, cfg, fake, provider, api.token("shop"), kafka_bootstrap)
-    finally:
-        api.stop()
-        pool.stop()
-        try:
-            job.cancel().result()  # type: ignore[attr-defined]
-        except Exception:  # noqa: BLE001 - already finished
-            pass
-        fake.stop()
 
 
 def post(p: Pipeline, key: str | None, body: dict, token: str | None = None) -> httpx.Response:  # type: ignore[type-arg]
@@ -99,29 +41,30 @@ def test_a_request_comes_out_on_its_channel_topic_is_sent_and_a_signed_receipt_m
     assert reply.status_code == 202, reply.text
     answer = reply.json()
     nid = answer["id"]
-    assert answer == {"id": nid, "dedup_key": "evt-2", "queued": ["sms"], "skipped": [],
+    assert answer == {"id": nid, "dedup_key": "shop/evt-2", "queued": ["sms"], "skipped": [],
                       "status_url": f"/v1/notifications/{nid}"}
     # the request, keyed by user id, and its one channel message
-    [request] = [r for r in p.requests() if r["dedup_key"] == "evt-2"]
+    [request] = [r for r in p.requests() if r["dedup_key"] == "shop/evt-2"]  # the caller's key space
     assert (request["notification_id"], request["user_id"], request["template_id"], request["params"],
             request["channels"], request["category"]) == (nid, "nusrat", "order_shipped", {"order": "BD-7790"},
                                                           ["sms"], "transactional")
-    wait_until(lambda: any(m["dedup_key"] == "evt-2" for m in read_records(
+    wait_until(lambda: any(m["dedup_key"] == "shop/evt-2" for m in read_records(
         p.bootstrap, p.cfg.topics.sms, "channel_message", idle_s=0.5)), 60, "the channel message of evt-2")
-    [message] = [m for m in read_records(p.bootstrap, p.cfg.topics.sms, "channel_message") if m["dedup_key"] == "evt-2"]
-    assert message["notification_id"] == nid and message["message_key"].startswith("evt-2:sms:")
+    [message] = [m for m in read_records(p.bootstrap, p.cfg.topics.sms, "channel_message")
+                 if m["dedup_key"] == "shop/evt-2"]
+    assert message["notification_id"] == nid and message["message_key"].startswith("shop/evt-2:sms:")
     wait_until(lambda: p.status(nid)["channels"]["sms"]["status"] == "sent", 60, lambda: str(p.status(nid)))
     status = p.status(nid)
     sms = status["channels"]["sms"]
     assert (status["verdict"], status["dedup_key"], status["user_id"], status["template"]) == (
-        "accepted", "evt-2", "nusrat", "order_shipped")
+        "accepted", "shop/evt-2", "nusrat", "order_shipped")
     assert (sms["attempts"], sms["provider"], sms["template_version"], sms["message_key"]) == (
         1, p.provider, 2, message["message_key"])
     [call] = p.fake.to(address_of("nusrat", Channel.SMS))
     assert call.idempotency_key == message["message_key"]
     assert call.body["text"] == "Your order BD-7790 is on its way."
-    # the same status by the dedup key
-    assert p.status("evt-2")["id"] == nid
+    # the same status by the caller's own key, by the dedup key, and for support by the dedup key
+    assert p.status("evt-2")["id"] == p.status("shop/evt-2")["id"] == p.status("shop/evt-2", support=True)["id"] == nid
 
     # the provider's receipt, signed: sent -> delivered, once
     provider_id = f"msg-{p.fake.requests.index(call) + 1}"
@@ -171,10 +114,35 @@ def test_the_same_idempotency_key_twice_gives_one_message(pipeline: Pipeline) ->
     assert other.status_code == 422 and other.json()["error"] == "idempotency_key_reused"
     nid = first.json()["id"]
     wait_until(lambda: p.status(nid)["channels"]["sms"]["status"] == "sent", 60, lambda: str(p.status(nid)))
-    assert [r["notification_id"] for r in p.requests() if r["dedup_key"] == "evt-twice"] == [nid]
+    assert [r["notification_id"] for r in p.requests() if r["dedup_key"] == "shop/evt-twice"] == [nid]
     messages = read_records(p.bootstrap, p.cfg.topics.sms, "channel_message")
-    assert [m["notification_id"] for m in messages if m["dedup_key"] == "evt-twice"] == [nid]
+    assert [m["notification_id"] for m in messages if m["dedup_key"] == "shop/evt-twice"] == [nid]
     assert len([c for c in p.fake.to(address_of("chen", Channel.SMS)) if c.body["text"].find("CN-1") >= 0]) == 1
+
+
+def test_an_unverified_address_gets_no_message_unless_the_template_verifies_it(pipeline: Pipeline) -> None:
+    """The contact's verified flag, written with profiles:write, read by the senders (issue 20:
+    they never read it): order_shipped to a user whose only phone is unverified is skipped,
+    no_verified_address; the one-time code (allow_unverified) goes to it."""
+    p = pipeline
+    writer = p.api.token("profile-writer", scopes=(Scope.PROFILES_WRITE,))
+    phone = "+15550009901"
+    assert p.client(p.sender).put("/v1/users/unverified/contacts", json={"sms": [phone]}).status_code == 403
+    written = p.client(writer).put("/v1/users/unverified/contacts", json={"sms": [{"address": phone, "verified": False}]})
+    assert written.status_code == 200, written.text
+    shipped = post(p, "evt-unverified", {**SHIPPED, "user_id": "unverified"})
+    assert shipped.status_code == 202 and (shipped.json()["queued"], shipped.json()["skipped"]) == (
+        [], ["sms: no verified address"])
+    nid = shipped.json()["id"]
+    wait_until(lambda: p.status(nid)["channels"]["sms"]["status"] == "skipped", 60, lambda: str(p.status(nid)))
+    assert p.status(nid)["channels"]["sms"]["reason"] == "no_verified_address"
+    code = post(p, "evt-otp-unverified", {"user_id": "unverified", "template": "otp", "params": {"code": "482913"},
+                                          "priority": "high"})
+    assert code.status_code == 202 and code.json()["queued"] == ["sms"], code.text
+    wait_until(lambda: p.status(code.json()["id"])["channels"]["sms"]["status"] == "sent", 60,
+               lambda: str(p.status(code.json()["id"])))
+    assert [c.body["text"] for c in p.fake.to(phone)] == [
+        "Your code is 482913. It expires in 10 minutes. Never share it."]
 
 
 def test_every_error_code(pipeline: Pipeline) -> None:
@@ -211,7 +179,7 @@ def test_every_error_code(pipeline: Pipeline) -> None:
     limited = post(p, f"{key}-b", SHIPPED, token=slow)
     assert error(limited) == (429, "rate_limited") and int(limited.headers["Retry-After"]) >= 1
     # none of them wrote anything but the one the slow caller was allowed
-    assert [r["dedup_key"] for r in p.requests() if r["dedup_key"].startswith(key)] == [f"{key}-a"]
+    assert [r["dedup_key"] for r in p.requests() if key in r["dedup_key"]] == [f"slow/{key}-a"]
 
 
 def test_kafka_not_acknowledging_is_503_and_the_retry_with_the_same_key_goes_through(
@@ -231,7 +199,7 @@ def test_kafka_not_acknowledging_is_503_and_the_retry_with_the_same_key_goes_thr
         down.stop()
     retry = post(p, "evt-503", SHIPPED)
     assert retry.status_code == 202
-    assert [r["notification_id"] for r in p.requests() if r["dedup_key"] == "evt-503"] == [retry.json()["id"]]
+    assert [r["notification_id"] for r in p.requests() if r["dedup_key"] == "shop/evt-503"] == [retry.json()["id"]]
 
 
 def _free() -> int:
@@ -247,13 +215,15 @@ def test_a_duplicate_names_its_original_and_late_and_invalid_say_so(pipeline: Pi
     repeat = NotificationRequest(
         notification_id="other-producer-1", user_id="nusrat", template_id="order_shipped", channels=(Channel.SMS,),
         event_time=int(time.time() * 1000), params={"order": "D-1"}, category=Category.TRANSACTIONAL,
-        dedup_key="evt-dup",
+        dedup_key="shop/evt-dup",  # shop's key space: what the API wrote for shop's evt-dup
     )
     prod = kafka_io.producer(p.cfg.kafka.client_config())
     kafka_io.produce_all(prod, p.cfg.topics.requests, [(b"nusrat", codec.encode_request(repeat))])
-    wait_until(lambda: p.verdict("other-producer-1") == "duplicate", 60,
-               lambda: str(p.client().get("/v1/notifications/other-producer-1").text))
-    dup = p.status("other-producer-1")
+    # not shop's request (another producer wrote it): support finds it, shop does not
+    wait_until(lambda: p.verdict("other-producer-1", support=True) == "duplicate", 60,
+               lambda: str(p.client(p.support).get("/v1/support/notifications/other-producer-1").text))
+    assert p.client().get("/v1/notifications/other-producer-1").status_code == 404
+    dup = p.status("other-producer-1", support=True)
     assert (dup["duplicate_of"], dup["occurrence"], dup["channels"]) == (original, 2, {})
 
     # the watermark: a request of now through the job, then an idle partition's idleness (5 s)
@@ -266,9 +236,9 @@ def test_a_duplicate_names_its_original_and_late_and_invalid_say_so(pipeline: Pi
     assert seen["watermark"] is not None and seen["watermark"] > seen["event_time"] and seen["reason"]
     assert seen["channels"] == {}
 
-    long_key = "k" * 200  # the API takes 512 bytes; this job only 100
+    long_key = "k" * 200  # the API takes 512 bytes (shop/ and the key); this job only 100
     invalid = post(p, long_key, SHIPPED)
     assert invalid.status_code == 202
     nid = invalid.json()["id"]
     wait_until(lambda: p.verdict(nid) == "invalid", 60, lambda: str(p.status(nid)))
-    assert p.status(nid)["reason"] == "dedup_key of 200 bytes is over the limit of 100 bytes (dedup.max_field_bytes)"
+    assert p.status(nid)["reason"] == "dedup_key of 205 bytes is over the limit of 100 bytes (dedup.max_field_bytes)"

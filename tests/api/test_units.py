@@ -8,12 +8,14 @@ from pathlib import Path
 import pytest
 
 from api.accept import channels_now, check_key, check_message, template_for
+from api.callers import Caller
 from api.errors import ApiError
 from api.ratelimit import CallerLimits
+from api.scopes import Scope
 from api.signing import sign, verify
 from api.store import RequestRecord, Reservation, complete_key, prune, release_key, request_by_id, reserve_key
-from api.tables import SCHEMA
-from api.tokens import Caller, create_token, lookup, token_hash
+from api.tables import prepare
+from api.tokens import create_caller, lookup, token_hash
 from operators.records import Category, Channel, Priority
 from senders.profiles.model import parse_profile
 from senders.store.db import open_database
@@ -24,7 +26,7 @@ from settings import REPO_ROOT, DedupSettings
 
 LIMITS = DedupSettings().request_limits()
 CATALOG = load_catalog(TemplateOptions(directory=str(REPO_ROOT / "templates")))
-SHOP = Caller("shop", frozenset({Category.TRANSACTIONAL}))
+SHOP = Caller("shop", frozenset({Scope.SEND}), frozenset({Category.TRANSACTIONAL}))
 NOW_S = 1_796_115_600
 
 
@@ -56,9 +58,10 @@ def test_templates_kinds_channels_and_parameters() -> None:
         template_for(CATALOG, "eid_sale", SHOP)
     assert err.value.status == 403
     with pytest.raises(ApiError) as err:
-        template_for(CATALOG, "order_shipped", Caller("otp", frozenset({Category.TRANSACTIONAL}), frozenset({"otp"})))
+        template_for(CATALOG, "order_shipped", Caller("otp", frozenset({Scope.SEND}), frozenset({Category.TRANSACTIONAL}),
+                                                      frozenset({"otp"})))
     assert err.value.status == 403
-    marketing = Caller("growth", frozenset({Category.MARKETING}))
+    marketing = Caller("growth", frozenset({Scope.SEND}), frozenset({Category.MARKETING}))
     eid = template_for(CATALOG, "eid_sale", marketing)
     with pytest.raises(ApiError) as err:
         check_message(eid, None, {"pct": "20"}, NOW_S * 1000, Priority.HIGH)
@@ -91,13 +94,15 @@ def test_a_callers_rate_gives_retry_after() -> None:
 
 def test_tokens_are_stored_as_hashes_and_idempotency_keys_replay_or_refuse(tmp_path: Path) -> None:
     db = open_database(str(tmp_path / "s.sqlite3"), synchronous="NORMAL")
-    db.ensure_schema(SCHEMA)
-    token = create_token(db, Caller("shop", frozenset({Category.TRANSACTIONAL}), rate_per_sec=5), 1)
+    prepare(db)
+    shop = Caller("shop", frozenset({Scope.SEND}), frozenset({Category.TRANSACTIONAL}), rate_per_sec=5)
+    token = create_caller(db, shop, 1)
     with db.tx(write=False) as cur:
         stored = [r[0] for r in db.exec(cur, "SELECT token_hash FROM api_token").fetchall()]
     assert stored == [token_hash(token)] and token not in stored
-    assert lookup(db, token) == Caller("shop", frozenset({Category.TRANSACTIONAL}), frozenset(), 5.0)
-    assert lookup(db, token + "x") is None and lookup(db, "not-ours") is None
+    found = lookup(db, token, 2)
+    assert found is not None and found.caller == shop
+    assert lookup(db, token + "x", 2) is None and lookup(db, "not-ours", 2) is None
 
     now = int(time.time() * 1000)
     args = dict(now_ms=now, ttl_ms=60_000, stale_ms=10_000)
@@ -122,7 +127,7 @@ def test_tokens_are_stored_as_hashes_and_idempotency_keys_replay_or_refuse(tmp_p
 
 def test_prune_drops_expired_keys_and_records_past_the_retention(tmp_path: Path) -> None:
     db = open_database(str(tmp_path / "p.sqlite3"), synchronous="NORMAL")
-    db.ensure_schema(SCHEMA)
+    prepare(db)
     for n, at in (("old", 1_000), ("new", 90_000)):
         reserve_key(db, n, "fp", n, "u", now_ms=at, ttl_ms=10_000, stale_ms=1_000)
         complete_key(db, n, {"id": n}, RequestRecord(n, n, "u", "t", ("sms",), "normal", "c", at, at, 0, at))
