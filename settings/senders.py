@@ -6,11 +6,15 @@ in the docstring (its environment variable ``DEDUP_SENDERS_<FIELD>`` and its TOM
 
 from __future__ import annotations
 
-from pydantic import Field
+from collections.abc import Mapping
 
+from pydantic import Field, field_validator
+
+from operators.errors import ConfigError
 from operators.records import Channel
 from senders.policy.breaker import BreakerOptions
 from senders.policy.bucket import RateLimit
+from senders.policy.prices import parse_prices
 from senders.policy.retry import RetryPolicy, format_step
 from senders.profiles.crypto import ContactKeyOptions
 from senders.rules.options import RuleOptions
@@ -139,6 +143,12 @@ class SendersSettings(Section):
     :param breaker_failure_rate: failure fraction that opens the circuit (moves to the secondary)
     :param breaker_open_ms: time on the secondary before the primary is probed again
     :param metrics_log_interval_s: how often a running worker logs its metrics (0: never)
+    :param metrics_port: ``senders run`` serves its Prometheus metrics on 127.0.0.1:PORT/metrics
+        (0: not served; ``--metrics-port`` overrides it); ``dedupctl slo`` reads them there
+    :param provider_prices: a message's price per provider, ``label=PRICE;label=PRICE`` (the
+        label as above: a URL's host[:port], ``smtp``, ``fake``), in whatever unit the bills use;
+        a provider not named costs 0. Counted for every message a provider takes
+        (``sender_cost_units_total`` by channel and provider)
     """
 
     group_prefix: str = "notify-senders"
@@ -210,6 +220,20 @@ class SendersSettings(Section):
     breaker_failure_rate: float = 0.5
     breaker_open_ms: int = 30_000
     metrics_log_interval_s: float = 60.0
+    metrics_port: int = Field(default=0, ge=0, le=65_535)
+    provider_prices: str = ""
+
+    @field_validator("provider_prices")
+    @classmethod
+    def _prices_parse(cls, value: str) -> str:
+        try:
+            parse_prices(value)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    def prices(self) -> Mapping[str, float]:
+        return parse_prices(self.provider_prices)
 
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy(
