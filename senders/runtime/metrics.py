@@ -41,7 +41,8 @@ class _Histogram:
         running = 0
         for bound, n in zip((*self.bounds, float("inf")), self.counts, strict=True):
             running += n
-            le = "+Inf" if bound == float("inf") else f"{bound:g}"
+            # as prometheus_client writes it (5.0, 0.25), which Prometheus 3 normalises to anyway
+            le = "+Inf" if bound == float("inf") else repr(float(bound))
             out.append(f"{_name(metric + '_bucket', (*labels, ('le', le)))} {running}")
         out.append(f"{_name(metric + '_sum', labels)} {self.total:g}")
         out.append(f"{_name(metric + '_count', labels)} {running}")

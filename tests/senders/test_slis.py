@@ -63,7 +63,7 @@ def test_a_histogram_renders_cumulative_buckets_sum_and_count() -> None:
         m.observe("h_seconds", v, (1.0, 5.0), channel="sms")
     text = m.render_prometheus()
     assert "# TYPE h_seconds histogram" in text
-    for line in ('h_seconds_bucket{channel="sms",le="1"} 2', 'h_seconds_bucket{channel="sms",le="5"} 3',
+    for line in ('h_seconds_bucket{channel="sms",le="1.0"} 2', 'h_seconds_bucket{channel="sms",le="5.0"} 3',
                  'h_seconds_bucket{channel="sms",le="+Inf"} 4', 'h_seconds_sum{channel="sms"} 103.5',
                  'h_seconds_count{channel="sms"} 4'):
         assert line in text.splitlines(), line
@@ -111,6 +111,6 @@ def test_outcomes_latency_and_cost_as_the_workers_export_them(tmp_path: Path) ->
         assert f"sender_deliveries_total{{{labels.format(outcome)}}} 1" in text, outcome
     # only the message the provider took: 3 s from accept (above 2, within 3 and 5)
     hist = 'sender_accept_to_provider_seconds_bucket{category="transactional",channel="sms",lane="priority",le="%s"}'
-    assert f"{hist % '2'} 0" in text and f"{hist % '3'} 1" in text and f"{hist % '+Inf'} 1" in text
+    assert f"{hist % '2.0'} 0" in text and f"{hist % '3.0'} 1" in text and f"{hist % '+Inf'} 1" in text
     assert 'sender_accept_to_provider_seconds_count{category="transactional",channel="sms",lane="priority"} 1' in text
     assert 'sender_cost_units_total{channel="sms",provider="fake"} 0.25' in text
