@@ -47,10 +47,11 @@ def cmd_senders_run(cfg: Settings, args: argparse.Namespace) -> int:
     pool = build_pool(cfg, channels=channels, lanes=lanes, workers_per_lane=args.workers)
     stop = pool.stop_event
     server = None
-    if args.metrics_port is not None:
+    port = args.metrics_port if args.metrics_port is not None else (cfg.senders.metrics_port or None)
+    if port is not None:
         from senders.runtime.metrics import serve_metrics
 
-        server = serve_metrics(pool.metrics, args.metrics_port)
+        server = serve_metrics(pool.metrics, port)
         logger.info("sender metrics on http://127.0.0.1:%d/metrics", server.server_address[1])
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -219,7 +220,8 @@ def register(subparsers: Any) -> None:
     selection(q)
     q.add_argument("--workers", type=int, default=1, help="workers per channel and lane in this process")
     q.add_argument("--max-seconds", type=float, help="stop after this long")
-    q.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT/metrics")
+    q.add_argument("--metrics-port", type=int,
+                   help="serve Prometheus metrics on 127.0.0.1:PORT/metrics (default: senders.metrics_port)")
     q.add_argument("--no-create-topics", action="store_true", help="do not create the senders' topics first")
     q.set_defaults(func=cmd_senders_run)
 

@@ -6,11 +6,13 @@ in the docstring (its environment variable ``DEDUP_SENDERS_<FIELD>`` and its TOM
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from operators.errors import ConfigError
 from operators.records import Channel
 from senders.policy.breaker import BreakerOptions
 from senders.policy.bucket import RateLimit
+from senders.policy.prices import parse_prices
 from senders.policy.retry import RetryPolicy, format_step
 from senders.profiles.crypto import ContactKeyOptions
 from senders.rules.options import RuleOptions
@@ -106,6 +108,12 @@ class SendersSettings(Section):
     :param sms_rate_per_sec: rate limit of each SMS provider
     :param email_rate_per_sec: rate limit of each email provider
     :param rate_burst: token-bucket size of each provider
+    :param metrics_port: ``senders run`` serves its Prometheus metrics on 127.0.0.1:PORT/metrics
+        (0: not served; ``--metrics-port`` overrides it); ``dedupctl slo`` reads them there
+    :param provider_prices: a message's price per provider, ``label=PRICE;label=PRICE`` (the
+        label: a URL's host[:port], ``smtp``, ``fake``), in whatever unit the bills use;
+        a provider not named costs 0. Counted for every message a provider takes
+        (``sender_cost_units_total`` by channel and provider)
     :param http_timeout_ms: the deadline of one HTTP send, connect to last byte (a timeout is a
         transient failure); ``lease_ms`` must exceed it
     :param http_token: bearer token sent to HTTP providers (a secret)
@@ -188,6 +196,8 @@ class SendersSettings(Section):
     sms_rate_per_sec: float = 50.0
     email_rate_per_sec: float = 50.0
     rate_burst: int = 20
+    metrics_port: int = Field(default=0, ge=0, le=65_535)
+    provider_prices: str = ""
     http_timeout_ms: int = 5_000
     http_token: OptionalSecret = None
     http2: Flag = False
@@ -253,6 +263,18 @@ class SendersSettings(Section):
             failure_rate=self.breaker_failure_rate,
             open_ms=self.breaker_open_ms,
         )
+
+    @field_validator("provider_prices")
+    @classmethod
+    def _prices_parse(cls, value: str) -> str:
+        try:
+            parse_prices(value)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    def prices(self) -> dict[str, float]:
+        return dict(parse_prices(self.provider_prices))
 
     def rate_limit(self, channel: Channel) -> RateLimit:
         rate = float(getattr(self, f"{channel.value}_rate_per_sec"))

@@ -368,6 +368,7 @@ def build_pool(
     clock = {"clock_ms": clock_ms} if clock_ms is not None else {}
     instance = s.instance_id or uuid.uuid4().hex[:12]
     policy = s.retry_policy()
+    prices = s.prices()
     topics = HandlerTopics(
         status=s.status_topic, dlq=s.dlq_topic, delay=lambda topic, step: s.delay_topics(topic)[step]
     )
@@ -394,6 +395,7 @@ def build_pool(
                     metrics=metrics,
                     on_attempt=on_attempt,
                     prune_interval_ms=s.prune_interval_ms if not workers else 0,  # the first worker prunes
+                    prices=prices,
                     **clock,
                 )
                 options = WorkerOptions(
