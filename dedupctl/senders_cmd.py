@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from types import FrameType
 from typing import Any
 
@@ -16,6 +17,8 @@ from operators.errors import ConfigError
 from operators.records import Channel
 from ops.status_view import fmt_time
 from senders.errors import InstanceInUseError
+from senders.providers import OutboxProvider
+from senders.runtime.dispatch import Dispatcher
 from senders.runtime.pool import build_pool, ensure_topics, open_profile_store, open_status_store
 from senders.statuses import DeadLetterReason, DeliveryStatus, Lane
 from senders.store.status import StatusRow
@@ -45,6 +48,7 @@ def cmd_senders_run(cfg: Settings, args: argparse.Namespace) -> int:
             sum(v == "exists" for v in created.values()),
         )
     pool = build_pool(cfg, channels=channels, lanes=lanes, workers_per_lane=args.workers)
+    _log_providers(pool.dispatchers)
     stop = pool.stop_event
     server = None
     if args.metrics_port is not None:
@@ -92,6 +96,21 @@ def cmd_senders_run(cfg: Settings, args: argparse.Namespace) -> int:
     if pool.errors:
         logger.info("%d worker failure(s) were ridden out (restarted)", len(pool.errors))
     return 0
+
+
+def _log_providers(dispatchers: Mapping[Channel, Dispatcher]) -> None:
+    """Once per channel: the protocol and name of its providers; a warning where it is the outbox
+    (nothing is delivered: a production configuration names a real provider)."""
+    for channel, d in dispatchers.items():
+        secondary = f", secondary {d.secondary.describe()}" if d.secondary is not None else ""
+        logger.info("%s: primary %s%s", channel, d.primary.describe(), secondary)
+        for role, provider in (("primary", d.primary), ("secondary", d.secondary)):
+            if isinstance(provider, OutboxProvider):
+                logger.warning(
+                    "%s: writing its messages to the outbox in %s, not delivering them"
+                    " (senders.%s_%s = outbox; a production configuration names a real provider)",
+                    channel, provider.root / channel.value, channel, role,
+                )
 
 
 def _log_metrics(snapshot: dict[str, float]) -> None:
