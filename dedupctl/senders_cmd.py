@@ -99,18 +99,21 @@ def cmd_senders_run(cfg: Settings, args: argparse.Namespace) -> int:
 
 
 def _log_providers(dispatchers: Mapping[Channel, Dispatcher]) -> None:
-    """Once per channel: the protocol and name of its providers; a warning where it is the outbox
-    (nothing is delivered: a production configuration names a real provider)."""
+    """Once per channel: the protocol and name of its providers, as a warning where one is the
+    outbox (nothing is delivered; a production configuration names a real provider)."""
     for channel, d in dispatchers.items():
-        secondary = f", secondary {d.secondary.describe()}" if d.secondary is not None else ""
-        logger.info("%s: primary %s%s", channel, d.primary.describe(), secondary)
-        for role, provider in (("primary", d.primary), ("secondary", d.secondary)):
-            if isinstance(provider, OutboxProvider):
-                logger.warning(
-                    "%s: writing its messages to the outbox in %s, not delivering them"
-                    " (senders.%s_%s = outbox; a production configuration names a real provider)",
-                    channel, provider.root / channel.value, channel, role,
-                )
+        used = f"primary {d.primary.describe()}" + (f", secondary {d.secondary.describe()}" if d.secondary else "")
+        outboxes = [(role, p) for role, p in (("primary", d.primary), ("secondary", d.secondary))
+                    if isinstance(p, OutboxProvider)]
+        if not outboxes:
+            logger.info("%s: %s", channel, used)
+            continue
+        role, outbox = outboxes[0]
+        logger.warning(
+            "%s: %s: writes its messages to the outbox in %s, delivers none"
+            " (senders.%s_%s is outbox; a production configuration names a real provider)",
+            channel, used, outbox.root / channel.value, channel, role,
+        )
 
 
 def _log_metrics(snapshot: dict[str, float]) -> None:

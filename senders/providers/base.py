@@ -113,9 +113,9 @@ class Provider(ABC):
         return Receipt(self.name, reference, elapsed)
 
     def describe(self) -> str:
-        """``<protocol> <name>`` (``http sms-a.example:443``), as logs and the demo show a provider:
-        its name never holds a credential."""
-        return f"{self.protocol} {self.name}"
+        """``<protocol> (<name>)``, e.g. ``http (sms-a.example:443)``: how logs and the demo show a
+        provider (its name never holds a credential)."""
+        return f"{self.protocol} ({self.name})"
 
     async def aclose(self) -> None:  # noqa: B027 - most providers hold no connections
         """Close the provider's connections (the pool calls this when it stops)."""

@@ -40,9 +40,6 @@ class OutboxProvider(Provider):
         self.root = root
         self._writer = OutboxWriter(root, limits or OutboxLimits(), clock_ns)
 
-    def describe(self) -> str:
-        return f"{super().describe()} in {self.root}"
-
     async def _try_send(self, *, to: str, message_key: str, message: Rendered) -> str | None:
         message_id = new_message_id()
         record = outbox_record(message_id=message_id, message_key=message_key, to=to, message=message)

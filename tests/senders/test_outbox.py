@@ -191,7 +191,7 @@ def test_every_channel_writes_to_the_outbox_when_no_provider_is_set(tmp_path: Pa
     for channel, d in dispatchers.items():
         assert isinstance(d.primary, OutboxProvider) and d.secondary is None, channel
         assert d.primary.root == tmp_path.resolve() / "outbox"
-        assert d.primary.describe() == f"outbox outbox in {tmp_path.resolve() / 'outbox'}"
+        assert d.primary.describe() == "outbox (outbox)"
     real = Settings().with_overrides(senders={
         "push_primary": "fake", "sms_primary": "http://sms.example/send", "email_primary": "smtp"})
     assert not real.senders.uses_outbox()
