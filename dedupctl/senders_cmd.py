@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from types import FrameType
 from typing import Any
 
@@ -16,6 +17,8 @@ from operators.errors import ConfigError
 from operators.records import Channel
 from ops.status_view import fmt_time
 from senders.errors import InstanceInUseError
+from senders.providers import OutboxProvider
+from senders.runtime.dispatch import Dispatcher
 from senders.runtime.pool import build_pool, ensure_topics, open_profile_store, open_status_store
 from senders.statuses import DeadLetterReason, DeliveryStatus, Lane
 from senders.store.status import StatusRow
@@ -45,6 +48,7 @@ def cmd_senders_run(cfg: Settings, args: argparse.Namespace) -> int:
             sum(v == "exists" for v in created.values()),
         )
     pool = build_pool(cfg, channels=channels, lanes=lanes, workers_per_lane=args.workers)
+    _log_providers(pool.dispatchers)
     stop = pool.stop_event
     server = None
     port = args.metrics_port if args.metrics_port is not None else (cfg.senders.metrics_port or None)
@@ -93,6 +97,24 @@ def cmd_senders_run(cfg: Settings, args: argparse.Namespace) -> int:
     if pool.errors:
         logger.info("%d worker failure(s) were ridden out (restarted)", len(pool.errors))
     return 0
+
+
+def _log_providers(dispatchers: Mapping[Channel, Dispatcher]) -> None:
+    """Once per channel: the protocol and name of its providers, as a warning where one is the
+    outbox (nothing is delivered; a production configuration names a real provider)."""
+    for channel, d in dispatchers.items():
+        used = f"primary {d.primary.describe()}" + (f", secondary {d.secondary.describe()}" if d.secondary else "")
+        outboxes = [(role, p) for role, p in (("primary", d.primary), ("secondary", d.secondary))
+                    if isinstance(p, OutboxProvider)]
+        if not outboxes:
+            logger.info("%s: %s", channel, used)
+            continue
+        role, outbox = outboxes[0]
+        logger.warning(
+            "%s: %s: writes its messages to the outbox in %s, delivers none"
+            " (senders.%s_%s is outbox; a production configuration names a real provider)",
+            channel, used, outbox.root / channel.value, channel, role,
+        )
 
 
 def _log_metrics(snapshot: dict[str, float]) -> None:

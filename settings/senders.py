@@ -12,6 +12,7 @@ from operators.errors import ConfigError
 from operators.records import Channel
 from senders.policy.breaker import BreakerOptions
 from senders.policy.bucket import RateLimit
+from senders.policy.outbox import OutboxLimits
 from senders.policy.prices import parse_prices
 from senders.policy.retry import RetryPolicy, format_step
 from senders.profiles.crypto import ContactKeyOptions
@@ -26,8 +27,12 @@ class SendersSettings(Section):
     """The sender workers: retries, providers, rate limits, the status store, their topics.
 
     A provider is named by a string: an ``http://`` or ``https://`` URL (JSON POST), ``smtp``
-    (the ``smtp_*`` settings), or ``fake`` (the scripted fake: nothing leaves the process).
-    An empty primary means the channel has no provider and its workers refuse to start.
+    (the ``smtp_*`` settings), ``outbox`` (files under ``<data_dir>/outbox``, the ``outbox_*``
+    settings: nothing leaves the machine) or ``fake`` (the scripted fake: nothing leaves the
+    process). Every primary is ``outbox`` by default, so a local run delivers without an account
+    anywhere; a production configuration names a real provider for each channel it serves
+    (``senders run`` warns once per channel that writes to the outbox, and where). An empty
+    primary means the channel has no provider and its workers refuse to start.
 
     :param group_prefix: consumer groups are ``<prefix>.<channel>.<lane>``
     :param instance_id: names this process's transactional producers
@@ -98,11 +103,11 @@ class SendersSettings(Section):
         units, redrive bookkeeping) is kept this long after its last change, then pruned; 0: the
         longest dedup window (``dedup.max_window_sec``) plus the longest retry schedule
     :param prune_interval_ms: how often a process's first worker prunes the status store
-    :param push_primary: push provider
+    :param push_primary: push provider (default ``outbox``)
     :param push_secondary: push failover provider (empty: none)
-    :param sms_primary: SMS provider
+    :param sms_primary: SMS provider (default ``outbox``)
     :param sms_secondary: SMS failover provider
-    :param email_primary: email provider
+    :param email_primary: email provider (default ``outbox``)
     :param email_secondary: email failover provider
     :param push_rate_per_sec: rate limit of each push provider
     :param sms_rate_per_sec: rate limit of each SMS provider
@@ -142,6 +147,9 @@ class SendersSettings(Section):
     :param invalid_recipient_rules: per provider, rules in place of those two:
         ``LABEL=RULES;LABEL=RULES``, LABEL being the provider's name (a URL's host[:port], or
         ``smtp``), e.g. ``sms-a.example=400:21211,410``
+    :param outbox_max_messages: the ``outbox`` provider keeps this many messages per channel,
+        the oldest removed beyond it (0: no limit)
+    :param outbox_max_age_ms: and removes those older than this (0: no limit)
     :param breaker_window: the primary's recent outcomes the failure rate is taken over
     :param breaker_min_calls: outcomes needed before the circuit may open
     :param breaker_failure_rate: failure fraction that opens the circuit (moves to the secondary)
@@ -186,11 +194,11 @@ class SendersSettings(Section):
     preferences_retry_ms: int = 60_000
     status_retention_ms: int = 0
     prune_interval_ms: int = 600_000
-    push_primary: str = ""
+    push_primary: str = "outbox"
     push_secondary: str = ""
-    sms_primary: str = ""
+    sms_primary: str = "outbox"
     sms_secondary: str = ""
-    email_primary: str = ""
+    email_primary: str = "outbox"
     email_secondary: str = ""
     push_rate_per_sec: float = 500.0
     sms_rate_per_sec: float = 50.0
@@ -215,6 +223,8 @@ class SendersSettings(Section):
     http_invalid_recipient: str = "400:invalid_recipient,404:invalid_recipient,410"
     smtp_invalid_recipient: str = "5.1"
     invalid_recipient_rules: str = ""
+    outbox_max_messages: int = Field(default=1_000, ge=0)
+    outbox_max_age_ms: int = Field(default=7 * 24 * HOUR_MS, ge=0)
     breaker_window: int = 20
     breaker_min_calls: int = 5
     breaker_failure_rate: float = 0.5
@@ -255,6 +265,14 @@ class SendersSettings(Section):
         if self.status_retention_ms > 0:
             return self.status_retention_ms
         return max_window_sec * 1000 + self.retry_policy().schedule_ms() + self.max_attempts * self.lease_ms
+
+    def outbox_limits(self) -> OutboxLimits:
+        return OutboxLimits(max_messages=self.outbox_max_messages, max_age_ms=self.outbox_max_age_ms)
+
+    def uses_outbox(self) -> bool:
+        """Whether a channel's primary or secondary is the ``outbox`` provider (the API serves its
+        page only then)."""
+        return any(spec == "outbox" for channel in Channel for spec in self.providers(channel))
 
     def breaker_options(self) -> BreakerOptions:
         return BreakerOptions(
