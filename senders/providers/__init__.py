@@ -1,10 +1,11 @@
 """Providers, chosen by configuration (``senders.<channel>_primary`` / ``_secondary``): an
-http(s) URL (this project's JSON contract), ``smtp``, ``twilio`` (SMS: Twilio's Messages API),
-``sendgrid`` (email: SendGrid's v3 mail send), or ``fake``. docs/senders.md has each one's
-settings and answers."""
+http(s) URL (this project's JSON contract), ``smtp``, ``outbox``, ``twilio`` (SMS: Twilio's
+Messages API), ``sendgrid`` (email: SendGrid's v3 mail send), or ``fake``. docs/senders.md has
+each one's settings and answers."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from operators.errors import ConfigError
@@ -13,6 +14,8 @@ from senders.providers import sendgrid, twilio
 from senders.providers.base import Provider, Receipt
 from senders.providers.fake import Behaviour, FakeProvider, Received
 from senders.providers.http import HttpProvider
+from senders.providers.outbox import OutboxProvider
+from senders.providers.outbox_files import outbox_root
 from senders.providers.sendgrid import SendGridProvider
 from senders.providers.smtp import SmtpProvider
 from senders.providers.twilio import TwilioProvider
@@ -23,15 +26,21 @@ __all__ = [
     "Behaviour",
     "FakeProvider",
     "HttpProvider",
+    "OutboxProvider",
     "Provider",
     "Receipt",
     "Received",
     "SendGridProvider",
     "SmtpProvider",
     "TwilioProvider",
+    "PROVIDER_SPECS",
     "build_provider",
     "provider_label",
 ]
+
+
+#: what a provider setting may name (the message of a missing or unknown one says it)
+PROVIDER_SPECS = "an http(s):// URL, 'smtp', 'outbox', 'twilio', 'sendgrid' or 'fake'"
 
 
 def provider_label(spec: str) -> str:
@@ -52,13 +61,24 @@ def redacted(spec: str) -> str:
 
 
 def build_provider(
-    spec: str, *, name: str, settings: SendersSettings, metrics: Metrics, max_connections: int | None = None
+    spec: str,
+    *,
+    name: str,
+    settings: SendersSettings,
+    metrics: Metrics,
+    max_connections: int | None = None,
+    data_dir: Path | None = None,
 ) -> Provider:
     """``max_connections``: the calls that may be open at once (the workers that share the
-    provider times ``senders.max_in_flight``)."""
+    provider times ``senders.max_in_flight``); ``data_dir``: the settings' data directory (the
+    outbox is under it)."""
     own_rules = rules_by_provider(settings.invalid_recipient_rules).get(name)
     if spec == "fake" or spec.startswith("fake:"):
         return FakeProvider(name=name, metrics=metrics)
+    if spec == "outbox":
+        if data_dir is None:
+            raise ConfigError("the outbox provider needs the data directory (data_dir) it writes under")
+        return OutboxProvider(name=name, root=outbox_root(data_dir), limits=settings.outbox_limits(), metrics=metrics)
     if spec.startswith(("http://", "https://")):
         return HttpProvider(
             name=name,
@@ -120,6 +140,4 @@ def build_provider(
             max_connections=max_connections or settings.max_in_flight,
             http2=settings.http2,
         )
-    raise ConfigError(
-        f"unknown provider {redacted(spec)!r}: expected an http(s):// URL, 'smtp', 'twilio', 'sendgrid' or 'fake'"
-    )
+    raise ConfigError(f"unknown provider {redacted(spec)!r}: expected {PROVIDER_SPECS}")

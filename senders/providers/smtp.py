@@ -97,6 +97,8 @@ class SmtpProvider(Provider):
     failed in any way is closed, never reused. With ``unsubscribe_url`` and its key, a marketing
     email carries ``List-Unsubscribe`` and ``List-Unsubscribe-Post`` (one-click, RFC 8058)."""
 
+    protocol = "smtp"
+
     deadline_setting = "smtp_timeout_ms"
 
     def __init__(
