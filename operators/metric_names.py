@@ -104,18 +104,27 @@ def rocksdb_metric(state: str, prop: str) -> str:
 
 # -- the sender workers ---------------------------------------------------------------------------
 
+#: the senders' SLIs (senders/runtime/slis.py): each provider answer's outcome (channel, lane,
+#: provider, outcome), the time from accept to the provider taking a message (a histogram:
+#: channel, lane, category) and a message's price (channel, provider)
+SENDER_DELIVERIES = "sender_deliveries_total"
+SENDER_ACCEPT_TO_PROVIDER = "sender_accept_to_provider_seconds"
+SENDER_COST = "sender_cost_units_total"
+SENDER_SENDS = "sender_sends_total"
+SENDER_DEAD_LETTERS = "sender_dead_letters_total"
+
 #: what the senders' registry (senders/runtime/metrics.py, ``dedupctl senders run --metrics-port``)
 #: exports, as Prometheus names; channel and lane label them all but the process's own
-#: (``sender_loop_lag_seconds``) (docs/senders.md). The senders' code still spells them out:
-#: tests/senders/test_metric_names.py holds it to this list
+#: (``sender_loop_lag_seconds``) and the cost (channel and provider) (docs/senders.md). The
+#: senders' code still spells them out: tests/senders/test_metric_names.py holds it to this list
 SENDER_METRICS = (
-    "sender_sends_total", "sender_retries_total", "sender_dead_letters_total", "sender_skipped_total",
+    SENDER_SENDS, "sender_retries_total", SENDER_DEAD_LETTERS, "sender_skipped_total",
     "sender_lost_claims_total", "sender_addresses_deactivated_total", "sender_consumer_lag",
     "sender_oldest_waiting_age_seconds", "sender_circuit_state", "sender_circuit_changes_total",
     "provider_calls_total", "provider_call_ms_sum", "sender_provider_rejecting", "sender_retries_moved_total",
     "sender_addresses_reactivated_total", "sender_worker_up", "sender_worker_restarts_total",
     "sender_rule_outcomes_total", "sender_store_pruned_total", "sender_store_transactions_total",
-    "sender_calls_in_flight", "sender_loop_lag_seconds",
+    "sender_calls_in_flight", "sender_loop_lag_seconds", SENDER_DELIVERIES, SENDER_ACCEPT_TO_PROVIDER, SENDER_COST,
 )
 
 
@@ -166,3 +175,29 @@ def prometheus_names() -> Mapping[str, frozenset[str]]:
             exported = prometheus_name(scope, name)
             out[exported] = out.get(exported, frozenset()) | frozenset(operators)
     return out
+
+
+# -- the HTTP API ---------------------------------------------------------------------------------
+
+#: what the API serves on its own ``GET /metrics`` (api/metrics.py; docs/operations.md's API
+#: metrics). Labels: ``method``, ``route`` (the route's template, never a path), ``status``,
+#: ``cause``, ``outcome``, ``bucket``, ``generation``, and ``caller`` (an operator-made name) on
+#: the rate-limited answers only: never a user id, a key, a token or anything a caller wrote
+API_REQUESTS = "api_requests_total"
+API_ACCEPT_SECONDS = "api_accept_seconds"
+API_KAFKA_ACK_SECONDS = "api_kafka_ack_seconds"
+API_IDEMPOTENT_REPEATS = "api_idempotent_repeats_total"
+API_RATE_LIMITED = "api_rate_limited_total"
+API_UNAVAILABLE = "api_unavailable_total"
+API_LOOP_LAG_SECONDS = "api_event_loop_lag_seconds"
+API_STORE_QUEUE_SECONDS = "api_store_queue_seconds"
+API_STORE_CALL_SECONDS = "api_store_call_seconds"
+API_RESERVATION_BATCH = "api_reservation_batch_size"
+API_RATE_GRANTS = "api_rate_grants_total"
+API_GC_PAUSE_SECONDS = "api_gc_pause_seconds"
+API_LEADER = "api_leader"
+API_METRICS = (
+    API_REQUESTS, API_ACCEPT_SECONDS, API_KAFKA_ACK_SECONDS, API_IDEMPOTENT_REPEATS, API_RATE_LIMITED,
+    API_UNAVAILABLE, API_LOOP_LAG_SECONDS, API_STORE_QUEUE_SECONDS, API_STORE_CALL_SECONDS,
+    API_RESERVATION_BATCH, API_RATE_GRANTS, API_GC_PAUSE_SECONDS, API_LEADER,
+)
