@@ -7,6 +7,8 @@ the producer flushed, the store closed. ``create_app()`` alone serves the OpenAP
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -17,12 +19,13 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api import campaign_routes, notifications, status_routes, users, webhooks
 from api.errors import STORE_UNAVAILABLE, ApiError, bad_request
 from api.gate import Gate
+from api.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from api.models import CampaignIn, Health
 from api.scopes import ROUTE_SCOPES, check_routes, display_path
 from api.services import Services
@@ -109,8 +112,11 @@ def _install_errors(app: FastAPI) -> None:
         return JSONResponse(error.body(), status_code=400)
 
     @app.exception_handler(StoreUnavailableError)
-    async def store_down(_: Request, exc: StoreUnavailableError) -> JSONResponse:
+    async def store_down(request: Request, exc: StoreUnavailableError) -> JSONResponse:
         logger.warning("the store did not answer: %s", exc)
+        svc: Services | None = request.app.state.services
+        if svc is not None:
+            svc.metrics.unavailable.labels("store_unavailable").inc()
         return JSONResponse(STORE_UNAVAILABLE.body(), status_code=503, headers=STORE_UNAVAILABLE.headers)
 
     @app.exception_handler(StarletteHTTPException)
@@ -170,6 +176,7 @@ def create_app(factory: Callable[[], Services] | None = None) -> FastAPI:
         svc = factory()
         app.state.services = svc
         svc.start()
+        lag = asyncio.get_running_loop().create_task(svc.metrics.watch_loop(), name="api-loop-lag")
         # what start-up made lives as long as the process: out of the collector's sight, a full
         # collection no longer walks it (one took 80-180 ms of every thread's time, the loop's too)
         gc.freeze()
@@ -178,6 +185,9 @@ def create_app(factory: Callable[[], Services] | None = None) -> FastAPI:
             yield
         finally:
             logger.info("the API is stopping: campaigns, verdicts, the producer (flush), the store")
+            lag.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await lag
             svc.stop()
             gc.unfreeze()
 
@@ -209,8 +219,19 @@ def create_app(factory: Callable[[], Services] | None = None) -> FastAPI:
             except StoreUnavailableError:
                 checks["store"] = "unavailable"
         ok = all(v == "ok" for v in checks.values())
+        if not ok and svc is not None:
+            svc.metrics.unavailable.labels("not_ready").inc()
         return JSONResponse(Health(status="ok" if ok else "unavailable", checks=checks).model_dump(),
                             status_code=200 if ok else 503)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics(request: Request) -> Response:
+        svc: Services | None = request.app.state.services
+        if svc is None:
+            return Response("the API has not started\n", status_code=503, media_type="text/plain")
+        # several processes: the files of all of them are read and summed; off the loop
+        text = await asyncio.to_thread(svc.metrics.render)
+        return Response(text, media_type=METRICS_CONTENT_TYPE)
 
     @app.get("/support", response_class=HTMLResponse, include_in_schema=False)
     async def support() -> HTMLResponse:

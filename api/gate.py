@@ -14,7 +14,8 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from api.errors import STORE_UNAVAILABLE, UNAUTHORIZED, ApiError
-from api.scopes import ROUTE_SCOPES, Scope, route_of
+from api.metrics import method_label
+from api.scopes import ROUTE_SCOPES, Scope, display_path, route_of
 from api.tokens import TokenCache, lookup, well_formed
 from senders.errors import StoreUnavailableError
 
@@ -82,9 +83,16 @@ class Gate:
             logger.exception("unhandled error in %s %s", scope.get("method"), _route(scope))
             if not started[0]:
                 await respond(watched, ApiError(500, "internal", "internal error"))
-        took = (time.monotonic() - start) * 1000
+        took = time.monotonic() - start
+        route = _route(scope)
+        services = scope["app"].state.services
+        if services is not None:
+            method = method_label(scope.get("method"))
+            services.metrics.requests.labels(method, route, str(status[0])).inc()
+            if route == ACCEPT_ROUTE and method == "POST":
+                services.metrics.accept.labels(str(status[0])).observe(took)
         level = logging.WARNING if status[0] >= 500 else logging.DEBUG
-        logger.log(level, "%s %s %d %.1f ms", scope.get("method"), _route(scope), status[0], took)
+        logger.log(level, "%s %s %d %.1f ms", scope.get("method"), route, status[0], took * 1000)
 
     async def _handle(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
         path: str = scope.get("path", "")
@@ -118,6 +126,7 @@ class Gate:
         try:
             found = await self._caller(scope, services)
         except StoreUnavailableError:
+            services.metrics.unavailable.labels("store_unavailable").inc()
             return STORE_UNAVAILABLE
         if found is None:
             return UNAUTHORIZED
@@ -125,18 +134,19 @@ class Gate:
         route = route_of(str(scope.get("method")), str(scope.get("path", "")))
         if route is None:  # no such route or method: the router answers 404 or 405
             return None
+        scope["notify.route"] = display_path(route[1])
         needed = ROUTE_SCOPES[route]
         if not caller.may(needed):
             return forbidden_scope(caller.name, needed)
         scope.setdefault("state", {})["caller"] = caller
         api = services.cfg.api
         if route == ("POST", "/v1/notifications"):
-            wait = services.callers.admit(caller.name, caller.rate(api.default_rate_per_sec), "send")
-            what = "its rate of notifications"
+            bucket, rate, what = "send", caller.rate(api.default_rate_per_sec), "its rate of notifications"
         else:
-            wait = services.callers.admit(caller.name, api.calls_rate_per_sec, "calls")
-            what = "api.calls_rate_per_sec"
+            bucket, rate, what = "calls", api.calls_rate_per_sec, "api.calls_rate_per_sec"
+        wait = services.callers.admit(caller.name, rate, bucket)
         if wait is not None:
+            services.metrics.rate_limited.labels(caller.name, bucket).inc()
             return ApiError(429, "rate_limited", f"caller {caller.name} is over {what}; retry after {wait} s",
                             headers={"Retry-After": str(wait)})
         return None
@@ -179,7 +189,14 @@ class Gate:
         return b"".join(chunks)
 
 
+ACCEPT_ROUTE = "/v1/notifications"
+
+
 def _route(scope: AsgiScope) -> str:
+    """The template of the route that answered (or, refused before routing, the one the gate
+    matched); ``unmatched`` for a path of no route: never the path itself."""
     route = scope.get("route")
     path = getattr(route, "path", None)
-    return str(path) if path else "(no route)"
+    if path:
+        return display_path(str(path))
+    return str(scope.get("notify.route", "unmatched"))

@@ -96,8 +96,10 @@ async def post_notification(
     fp = fingerprint(caller, body, namespace)
     reserved, profile = await _reserve(s, idem_key, fp, notification_id, body.user_id, now)
     if reserved.outcome is Reservation.REPLAY:
+        s.metrics.repeats.labels("replay").inc()
         return JSONResponse(reserved.answer, status_code=200)
     if reserved.outcome is Reservation.OTHER_BODY:
+        s.metrics.repeats.labels("other_body").inc()
         raise ApiError(422, "idempotency_key_reused", "this Idempotency-Key was used with another request")
     assert profile is not None
     if not profile.exists:
@@ -105,6 +107,7 @@ async def post_notification(
     down = s.producer.unavailable()
     if down is not None:
         await s.pool.run(lambda db: release_key(db, idem_key, notification_id))
+        s.metrics.unavailable.labels("kafka_down").inc()
         raise kafka_unavailable(down)
     req = accepted.request
     try:
@@ -112,6 +115,7 @@ async def post_notification(
     except NotAcknowledged as exc:
         logger.warning("a notification was not written: %s", exc.reason)
         await s.pool.run(lambda db: release_key(db, idem_key, notification_id))
+        s.metrics.unavailable.labels("kafka_no_ack").inc()
         raise kafka_unavailable("Kafka did not acknowledge the request in time") from None
     queued, skipped = channels_now(profile, req.channels, accepted.kind, accepted.allow_unverified)
     answer = NotificationAccepted(
@@ -158,6 +162,7 @@ async def _reserve(
         if held is not None:
             return Reserved(Reservation.REPLAY, held), None
         if time.monotonic() + pause > deadline:
+            s.metrics.repeats.labels("in_progress").inc()
             raise ApiError(409, "in_progress", "a request with this Idempotency-Key is still being written; retry",
                            headers={"Retry-After": "1"})
         await asyncio.sleep(pause)

@@ -14,6 +14,7 @@ from fastapi import Request
 
 from api import campaigns
 from api.completions import CompletionWriter
+from api.metrics import ApiMetrics
 from api.outcomes import OutcomeReader
 from api.pool import StorePool
 from api.producer import RequestProducer
@@ -47,6 +48,7 @@ class Services:
     retention_ms: int
     completions: CompletionWriter
     profiles: ProfileReads
+    metrics: ApiMetrics
     ready: bool = field(default=False)
     campaigns_topic_ready: bool = field(default=False)
     _stop_pruning: threading.Event = field(default_factory=threading.Event)
@@ -84,6 +86,7 @@ class Services:
     def start(self) -> None:
         """Start what runs beside the routes; nothing here waits for Kafka (the topic, the
         verdicts' reader and the campaigns' runners each retry until the brokers answer)."""
+        self.metrics.watch_gc()
         threading.Thread(target=self._ensure_campaigns_topic, name="api-campaigns-topic", daemon=True).start()
         self.outcomes.start()
         self.campaigns.start_all(campaigns.active(self.pool.db()))
@@ -99,6 +102,7 @@ class Services:
         self.producer.close(timeout)
         self.completions.stop(timeout)
         self.pool.close()
+        self.metrics.unwatch_gc()
 
 
 def build_services(cfg: Settings) -> Services:
@@ -111,9 +115,15 @@ def build_services(cfg: Settings) -> Services:
         return open_database(location, synchronous=api.sqlite_synchronous, password=password,
                              busy_timeout_ms=s.sqlite_busy_timeout_ms)
 
+    metrics = ApiMetrics()
+
+    def observe_store(queued_s: float, call_s: float) -> None:
+        metrics.store_queue.observe(queued_s)
+        metrics.store_call.observe(call_s)
+
     # SQLite takes one writer at a time: more threads only wait in its busy handler
     shared = location.startswith(("postgresql://", "postgres://"))
-    pool = StorePool(opener, api.store_threads if shared else 1)
+    pool = StorePool(opener, api.store_threads if shared else 1, observe_store)
     limits = cfg.dedup.request_limits()
     client = cfg.kafka.client_config()
     ctx = campaigns.RunnerContext(
@@ -130,7 +140,8 @@ def build_services(cfg: Settings) -> Services:
         cfg=cfg,
         pool=pool,
         producer=RequestProducer(client, ack_timeout_ms=api.ack_timeout_ms, topic=cfg.topics.requests,
-                                 probe_interval_s=api.kafka_probe_interval_ms / 1000),
+                                 probe_interval_s=api.kafka_probe_interval_ms / 1000,
+                                 on_ack=metrics.kafka_ack.observe),
         catalog=load_catalog(s.template_options()),
         cipher=contact_cipher(cfg),
         limits=limits,
@@ -142,6 +153,7 @@ def build_services(cfg: Settings) -> Services:
         retention_ms=s.retention_ms(cfg.dedup.max_window_sec),
         completions=CompletionWriter(opener),
         profiles=ProfileReads(s.profile_cache_ttl_ms),
+        metrics=metrics,
     )
 
 

@@ -164,3 +164,29 @@ def prometheus_names() -> Mapping[str, frozenset[str]]:
             exported = prometheus_name(scope, name)
             out[exported] = out.get(exported, frozenset()) | frozenset(operators)
     return out
+
+
+# -- the HTTP API ---------------------------------------------------------------------------------
+
+#: what the API serves on its own ``GET /metrics`` (api/metrics.py; docs/operations.md's API
+#: metrics). Labels: ``method``, ``route`` (the route's template, never a path), ``status``,
+#: ``cause``, ``outcome``, ``bucket``, ``generation``, and ``caller`` (an operator-made name) on
+#: the rate-limited answers only: never a user id, a key, a token or anything a caller wrote
+API_REQUESTS = "api_requests_total"
+API_ACCEPT_SECONDS = "api_accept_seconds"
+API_KAFKA_ACK_SECONDS = "api_kafka_ack_seconds"
+API_IDEMPOTENT_REPEATS = "api_idempotent_repeats_total"
+API_RATE_LIMITED = "api_rate_limited_total"
+API_UNAVAILABLE = "api_unavailable_total"
+API_LOOP_LAG_SECONDS = "api_event_loop_lag_seconds"
+API_STORE_QUEUE_SECONDS = "api_store_queue_seconds"
+API_STORE_CALL_SECONDS = "api_store_call_seconds"
+API_RESERVATION_BATCH = "api_reservation_batch_size"
+API_RATE_GRANTS = "api_rate_grants_total"
+API_GC_PAUSE_SECONDS = "api_gc_pause_seconds"
+API_LEADER = "api_leader"
+API_METRICS = (
+    API_REQUESTS, API_ACCEPT_SECONDS, API_KAFKA_ACK_SECONDS, API_IDEMPOTENT_REPEATS, API_RATE_LIMITED,
+    API_UNAVAILABLE, API_LOOP_LAG_SECONDS, API_STORE_QUEUE_SECONDS, API_STORE_CALL_SECONDS,
+    API_RESERVATION_BATCH, API_RATE_GRANTS, API_GC_PAUSE_SECONDS, API_LEADER,
+)
