@@ -144,7 +144,11 @@ class Gate:
             bucket, rate, what = "send", caller.rate(api.default_rate_per_sec), "its rate of notifications"
         else:
             bucket, rate, what = "calls", api.calls_rate_per_sec, "api.calls_rate_per_sec"
-        wait = services.callers.admit(caller.name, rate, bucket)
+        try:
+            wait = await services.callers.admit(caller.name, rate, bucket)
+        except StoreUnavailableError:
+            services.metrics.unavailable.labels("store_unavailable").inc()
+            return STORE_UNAVAILABLE
         if wait is not None:
             services.metrics.rate_limited.labels(caller.name, bucket).inc()
             return ApiError(429, "rate_limited", f"caller {caller.name} is over {what}; retry after {wait} s",

@@ -26,13 +26,13 @@ from api.accept import accept, channels_now, check_key, fingerprint, header_text
 from api.callers import Caller, name_problem, shared_key
 from api.docs import V1, errors
 from api.errors import ApiError, bad_request, forbidden
+from api.idempotency import Reservation, Reserve, Reserved
 from api.models import NotificationAccepted, NotificationIn
 from api.producer import NotAcknowledged
 from api.services import Services, services
-from api.store import RequestRecord, Reservation, Reserved, release_key, reserve_key
+from api.store import RequestRecord
 from api.users import check_user
-from senders.store.db import Database
-from senders.store.profiles import ProfileRead, ProfileStore
+from senders.store.profiles import ProfileRead
 
 logger = logging.getLogger(__name__)
 router = APIRouter()
@@ -94,7 +94,7 @@ async def post_notification(
     accepted = accept(body, caller=caller, catalog=s.catalog, limits=s.limits, dedup_key=dedup_key,
                       notification_id=notification_id, now_ms=now)
     fp = fingerprint(caller, body, namespace)
-    reserved, profile = await _reserve(s, idem_key, fp, notification_id, body.user_id, now)
+    reserved, profile = await _reserve(s, idem_key, fp, notification_id, body.user_id)
     if reserved.outcome is Reservation.REPLAY:
         s.metrics.repeats.labels("replay").inc()
         return JSONResponse(reserved.answer, status_code=200)
@@ -106,7 +106,7 @@ async def post_notification(
         raise unknown_user(body.user_id)
     down = s.producer.unavailable()
     if down is not None:
-        await s.pool.run(lambda db: release_key(db, idem_key, notification_id))
+        s.writer.release(idem_key, notification_id)
         s.metrics.unavailable.labels("kafka_down").inc()
         raise kafka_unavailable(down)
     req = accepted.request
@@ -114,7 +114,7 @@ async def post_notification(
         written = await s.producer.write(s.cfg.topics.requests, req.user_id.encode("utf-8"), accepted.encoded)
     except NotAcknowledged as exc:
         logger.warning("a notification was not written: %s", exc.reason)
-        await s.pool.run(lambda db: release_key(db, idem_key, notification_id))
+        s.writer.release(idem_key, notification_id)
         s.metrics.unavailable.labels("kafka_no_ack").inc()
         raise kafka_unavailable("Kafka did not acknowledge the request in time") from None
     queued, skipped = channels_now(profile, req.channels, accepted.kind, accepted.allow_unverified)
@@ -125,40 +125,26 @@ async def post_notification(
     record = RequestRecord(notification_id, dedup_key, req.user_id, req.template_id,
                            tuple(c.value for c in req.channels), req.priority.value, caller.name, req.event_time, now,
                            written.partition, written.offset)
-    s.completions.put(idem_key, answer, record)  # stored in the next batch (api.completions)
+    s.writer.complete(idem_key, answer, record)  # stored in the writer's next round (api.writer)
     return JSONResponse(answer, status_code=202)
 
 
 async def _reserve(
-    s: Services, idem_key: str, fp: str, notification_id: str, user_id: str, now: int
+    s: Services, idem_key: str, fp: str, notification_id: str, user_id: str
 ) -> tuple[Reserved, ProfileRead | None]:
     """The key reserved for this request (NEW, with the user's profile), or the first answer
-    (REPLAY), or OTHER_BODY. A key being written (IN_PROGRESS) is waited for: its answer from
-    this process's completion writer, or from the store once it is done there (another process,
-    or this one's batch that stored it meanwhile); a key released by a failed write is taken."""
+    (REPLAY), or OTHER_BODY: in the store writer's next round, with the requests of the same
+    moment. A key being written (IN_PROGRESS) is waited for: its answer from this process's
+    writer, or from the store once it is done there (another process, or this one's round that
+    stored it meanwhile); a key released by a failed write is taken."""
     api = s.cfg.api
-
-    def prepare(db: Database) -> tuple[Reserved, ProfileRead | None]:
-        reserved = reserve_key(db, idem_key, fp, notification_id, user_id, _now_ms(), api.idempotency_ttl_s * 1000,
-                               2 * api.ack_timeout_ms + 5_000)
-        if reserved.outcome is not Reservation.NEW:
-            return reserved, None
-        profile = s.profiles.get(user_id)
-        if profile is None:
-            profile = ProfileStore(db, s.cipher).read(user_id)
-            if profile.exists:
-                s.profiles.put(user_id, profile)
-        if not profile.exists:
-            release_key(db, idem_key, notification_id)
-        return reserved, profile
-
     deadline = time.monotonic() + api.pending_wait_ms / 1000
     pause = _FIRST_POLL_S
     while True:
-        reserved, profile = await s.pool.run(prepare)
+        reserved, profile = await s.writer.reserve(Reserve(idem_key, fp, notification_id, user_id))
         if reserved.outcome is not Reservation.IN_PROGRESS:
             return reserved, profile
-        held = s.completions.answer_of(idem_key)
+        held = s.writer.answer_of(idem_key)
         if held is not None:
             return Reserved(Reservation.REPLAY, held), None
         if time.monotonic() + pause > deadline:

@@ -75,6 +75,12 @@ class Processes:
     def pids(self) -> list[int]:
         return [int(p.pid) for p in self.tree()]
 
+    def serving(self) -> list[int]:
+        """The processes that serve: the root alone, or under ``--processes`` its spawned ones
+        (not multiprocessing's resource tracker)."""
+        spawned = [int(p.pid) for p in self.tree()[1:] if "spawn_main" in " ".join(p.cmdline())]
+        return spawned or [int(self._root.pid)]
+
     def cpu_s(self) -> float:
         import psutil
 
@@ -86,6 +92,56 @@ class Processes:
             except psutil.NoSuchProcess:
                 pass
         return total
+
+
+def thread_names(pid: int) -> dict[int, str]:
+    """OS thread id -> name: Python's threads by py-spy (their names), the others by /proc (the
+    main thread is the event loop's; librdkafka names its own ``rdk:...``)."""
+    names: dict[int, str] = {}
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            comm = (task / "comm").read_text().strip()
+        except OSError:
+            continue
+        tid = int(task.name)
+        names[tid] = "loop (main)" if tid == pid else comm
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    try:
+        dump = subprocess.run([spy, "dump", "--pid", str(pid), "--json", "--nonblocking"], capture_output=True,
+                              text=True, timeout=30)
+        for t in json.loads(dump.stdout or "[]"):
+            tid = t.get("os_thread_id")
+            if tid and tid != pid and t.get("thread_name"):
+                names[int(tid)] = str(t["thread_name"])
+    except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError):
+        pass
+    return names
+
+
+def thread_cpu(pid: int) -> dict[int, float]:
+    """OS thread id -> its CPU seconds (user + system, /proc)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out: dict[int, float] = {}
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[int(task.name)] = (int(fields[11]) + int(fields[12])) / ticks
+    return out
+
+
+def cpu_by_thread(pids: list[int], before: dict[int, dict[int, float]], n: int) -> dict[str, float]:
+    """ms of CPU per request by thread name, summed over the processes."""
+    out: dict[str, float] = {}
+    for pid in pids:
+        names = thread_names(pid)
+        for tid, spent in thread_cpu(pid).items():
+            name = names.get(tid, "?")
+            name = "rdk (librdkafka)" if name.startswith("rdk:") else name
+            name = "api-store (pool)" if name.startswith("api-store_") else name
+            out[name] = out.get(name, 0.0) + (spent - before.get(pid, {}).get(tid, 0.0)) * 1000 / n
+    return {k: round(v, 3) for k, v in sorted(out.items(), key=lambda kv: -kv[1]) if v >= 0.001}
 
 
 def _profile(pids: list[int], seconds: float, work: Path, tag: str) -> list[threading.Thread]:
@@ -194,7 +250,8 @@ def run(args: argparse.Namespace) -> int:
             load_start = os.getloadavg()[0]
             before = api_scrape.scrape(url)
             cpu_api, cpu_broker = api_tree.cpu_s(), broker_tree.cpu_s() if broker_tree else 0.0
-            serving = [p for p in api_tree.pids() if p != api_proc.pid] or [api_proc.pid]
+            serving = api_tree.serving()
+            threads_before = {pid: thread_cpu(pid) for pid in serving}
             spies = _profile(serving, args.seconds, home, f"{rate:g}") if args.profile else []
             summary = _generator(url, token, rate, args.seconds, args)
             used_api = api_tree.cpu_s() - cpu_api
@@ -207,7 +264,8 @@ def run(args: argparse.Namespace) -> int:
                 "rate": rate, "target_p99_ms": TARGETS_P99_MS.get(rate), **summary,
                 "met": summary["errors"] == 0 and rate in TARGETS_P99_MS and summary["p99_ms"] < TARGETS_P99_MS[rate],
                 "cpu_ms_per_request": {"api": round(used_api * 1000 / n, 3),
-                                       "broker": round(used_broker * 1000 / n, 3)},
+                                       "broker": round(used_broker * 1000 / n, 3),
+                                       "api_by_thread": cpu_by_thread(serving, threads_before, n)},
                 "load_average": [round(load_start, 2), round(os.getloadavg()[0], 2)],
                 "cpus": psutil.cpu_count(),
                 "api_metrics": api_scrape.phase_report(before, after),
@@ -261,6 +319,7 @@ def _print_phase(p: dict[str, Any]) -> None:
         f"  reservations per transaction: mean {m['reservation_batch']['mean']:.1f}; GC pauses"
         f" {m['gc_pauses_by_generation']} (p99 {m['gc_pause']['p99']:.1f} ms); CPU per request: api"
         f" {p['cpu_ms_per_request']['api']} ms, broker {p['cpu_ms_per_request']['broker']} ms",
+        f"  API CPU by thread (ms per request): {p['cpu_ms_per_request']['api_by_thread']}",
     ]
     sys.stdout.write("\n".join(lines) + "\n")
     sys.stdout.flush()
