@@ -23,7 +23,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api import campaign_routes, notifications, status_routes, users, webhooks
-from api.errors import STORE_UNAVAILABLE, ApiError, bad_request
+from api.errors import INVALID_TEXT, STORE_UNAVAILABLE, ApiError, invalid_body, problems
 from api.gate import Gate
 from api.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from api.models import CampaignIn, Health
@@ -82,17 +82,6 @@ LINKS: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {
 VERSION = "1.0.0"
 
 
-def _problems(exc: RequestValidationError) -> list[str]:
-    """``field.path: message`` per problem, never the rejected input."""
-    out = []
-    for err in exc.errors():
-        loc = [str(p) for p in err.get("loc", ()) if p not in ("body",)]
-        where = ".".join(loc)
-        message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-        out.append(f"{where}: {message}" if where else message)
-    return out[:20]
-
-
 def _install_errors(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -100,16 +89,12 @@ def _install_errors(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = _problems(exc)
-        error = ApiError(400, "invalid_request", "the request is not valid: " + "; ".join(problems[:3]),
-                         problems=problems)
-        return JSONResponse(error.body(), status_code=400)
+        return JSONResponse(invalid_body(problems(exc.errors())).body(), status_code=400)
 
     @app.exception_handler(UnicodeEncodeError)
     async def not_utf8(_: Request, exc: UnicodeEncodeError) -> JSONResponse:
         # a JSON string with a lone surrogate (\ud800) parses, but is no text: nothing can store it
-        error = bad_request("the request holds text that is not valid Unicode (a lone surrogate)", code="invalid_text")
-        return JSONResponse(error.body(), status_code=400)
+        return JSONResponse(INVALID_TEXT.body(), status_code=400)
 
     @app.exception_handler(StoreUnavailableError)
     async def store_down(request: Request, exc: StoreUnavailableError) -> JSONResponse:

@@ -7,12 +7,12 @@ nothing a request does brings the process down."""
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from api import notifications
+from api.asgi import ASGIApp, AsgiScope, Message, Receive, Send, header, respond
 from api.errors import STORE_UNAVAILABLE, UNAUTHORIZED, ApiError
 from api.metrics import method_label
 from api.scopes import ROUTE_SCOPES, Scope, display_path, route_of
@@ -21,33 +21,7 @@ from senders.errors import StoreUnavailableError
 
 logger = logging.getLogger("api.access")
 
-AsgiScope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[AsgiScope, Receive, Send], Awaitable[None]]
-
 NOSNIFF = (b"x-content-type-options", b"nosniff")
-
-
-async def respond(send: Send, error: ApiError) -> None:
-    body = json.dumps(error.body()).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    headers += [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
-    await send({"type": "http.response.start", "status": error.status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-def raw_header(scope: AsgiScope, name: bytes) -> bytes | None:
-    for key, value in scope.get("headers") or ():
-        if key == name:
-            return bytes(value)
-    return None
-
-
-def _header(scope: AsgiScope, name: bytes) -> str | None:
-    value = raw_header(scope, name)
-    return None if value is None else value.decode("latin-1")
 
 
 def forbidden_scope(caller: str, scope: Scope) -> ApiError:
@@ -111,6 +85,11 @@ class Gate:
         if body is None:
             await respond(send, ApiError(413, "body_too_large", f"the body is over {limit} bytes"))
             return
+        if scope.get("notify.route") == notifications.ROUTE and scope.get("method") == "POST":
+            # the hot route, served without the framework's routing and dependency machinery
+            # (about half of the event loop's time per request: bench/README.md)
+            await notifications.serve(scope, body, send, services)
+            return
         replayed = [False]
 
         async def replay() -> Message:
@@ -123,6 +102,9 @@ class Gate:
 
     async def _admit(self, scope: AsgiScope, services: Any) -> ApiError | None:
         """The caller, its scope for the route and its rate; the refusal, or None (admitted)."""
+        route = route_of(str(scope.get("method")), str(scope.get("path", "")))
+        if route is not None:
+            scope["notify.route"] = display_path(route[1])
         try:
             found = await self._caller(scope, services)
         except StoreUnavailableError:
@@ -131,10 +113,8 @@ class Gate:
         if found is None:
             return UNAUTHORIZED
         caller = found.caller
-        route = route_of(str(scope.get("method")), str(scope.get("path", "")))
         if route is None:  # no such route or method: the router answers 404 or 405
             return None
-        scope["notify.route"] = display_path(route[1])
         needed = ROUTE_SCOPES[route]
         if not caller.may(needed):
             return forbidden_scope(caller.name, needed)
@@ -156,10 +136,10 @@ class Gate:
         return None
 
     async def _caller(self, scope: AsgiScope, services: Any) -> Any:
-        header = _header(scope, b"authorization")
-        if header is None or not header.startswith("Bearer "):
+        given = header(scope, b"authorization")
+        if given is None or not given.startswith("Bearer "):
             return None
-        token = header[len("Bearer "):].strip()
+        token = given[len("Bearer "):].strip()
         if not well_formed(token):
             return None
         cache: TokenCache = services.tokens
@@ -174,7 +154,7 @@ class Gate:
     @staticmethod
     async def _body(scope: AsgiScope, receive: Receive, limit: int) -> bytes | None:
         """The whole body, or None when it is over ``limit`` (read no further than that)."""
-        length = _header(scope, b"content-length")
+        length = header(scope, b"content-length")
         if length is not None and length.isascii() and length.isdigit() and int(length) > limit:
             return None
         chunks: list[bytes] = []
@@ -193,7 +173,7 @@ class Gate:
         return b"".join(chunks)
 
 
-ACCEPT_ROUTE = "/v1/notifications"
+ACCEPT_ROUTE = notifications.ROUTE
 
 
 def _route(scope: AsgiScope) -> str:

@@ -21,22 +21,26 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 
 from api.accept import accept, channels_now, check_key, fingerprint, header_text, unknown_user
+from api.asgi import AsgiScope, Send, header, respond, send_json
 from api.callers import Caller, name_problem, shared_key
 from api.docs import V1, errors
-from api.errors import ApiError, bad_request, forbidden
+from api.errors import INVALID_TEXT, STORE_UNAVAILABLE, ApiError, bad_request, forbidden, invalid_body, problems
 from api.idempotency import Reservation, Reserve, Reserved
 from api.models import NotificationAccepted, NotificationIn
 from api.producer import NotAcknowledged
 from api.services import Services, services
 from api.store import RequestRecord
 from api.users import check_user
+from senders.errors import StoreUnavailableError
 from senders.store.profiles import ProfileRead
 
 logger = logging.getLogger(__name__)
 router = APIRouter()
 
+ROUTE = "/v1/notifications"
 NAMESPACE_HEADER = "Dedup-Namespace"
 _FIRST_POLL_S = 0.005
 _MAX_POLL_S = 0.05
@@ -65,7 +69,7 @@ def dedup_space(caller: Caller, namespace: str | None) -> str:
 
 
 @router.post(
-    "/v1/notifications",
+    ROUTE,
     status_code=202,
     response_model=NotificationAccepted,
     responses={200: {"model": NotificationAccepted, "description": "the same request again: the first answer"},
@@ -80,8 +84,53 @@ async def post_notification(
     dedup_namespace: Annotated[str | None, Header(alias=NAMESPACE_HEADER, description=(
         "a shared dedup namespace the caller was granted: the dedup key is then ns:<namespace>/<key>"))] = None,
 ) -> Any:
-    s = services(request)
-    caller: Caller = request.state.caller
+    # the route as the OpenAPI document shows it; the gate serves it by ``serve`` (below): the same
+    # ``notify`` without the framework's routing, dependencies and response classes
+    status, answer = await notify(services(request), request.state.caller, body, idempotency_key, dedup_namespace)
+    return JSONResponse(answer, status_code=status)
+
+
+async def serve(scope: AsgiScope, body: bytes, send: Send, s: Services) -> None:
+    """``POST /v1/notifications`` as plain ASGI, for the gate, which has already admitted the
+    caller (``scope["state"]["caller"]``) and read the body: the body validated as the route's
+    model (400 as the app answers an invalid body), then ``notify``; an ApiError is its JSON
+    answer. Headers as the server hands them over (latin-1, byte for byte)."""
+    try:
+        status, answer = await notify(s, scope["state"]["caller"], parse_body(scope, body),
+                                      header(scope, b"idempotency-key"), header(scope, b"dedup-namespace"))
+    except ApiError as error:
+        await respond(send, error)
+        return
+    except StoreUnavailableError as exc:
+        logger.warning("the store did not answer: %s", exc)
+        s.metrics.unavailable.labels("store_unavailable").inc()
+        await respond(send, STORE_UNAVAILABLE)
+        return
+    except UnicodeEncodeError:
+        await respond(send, INVALID_TEXT)
+        return
+    await send_json(send, status, answer)
+
+
+def parse_body(scope: AsgiScope, body: bytes) -> NotificationIn:
+    """The body as the route's model; 400 ``invalid_request`` as the app answers a body that is
+    not one (not JSON by its Content-Type, not JSON, or not the model)."""
+    content_type = header(scope, b"content-type")
+    if content_type is not None:
+        media = content_type.split(";", 1)[0].strip().lower()
+        if not (media == "application/json" or (media.startswith("application/") and media.endswith("+json"))):
+            raise invalid_body(["body: the body must be JSON (Content-Type: application/json)"])
+    try:
+        return NotificationIn.model_validate_json(body)
+    except ValidationError as exc:
+        raise invalid_body(problems(exc.errors())) from None
+
+
+async def notify(
+    s: Services, caller: Caller, body: NotificationIn, idempotency_key: str | None, dedup_namespace: str | None
+) -> tuple[int, dict[str, Any]]:
+    """A notification of ``caller``: (202, the answer) once Kafka has it, or (200, the first
+    answer) for a repeat; raises ApiError (400, 403, 404, 409, 422, 503)."""
     namespace = header_text(dedup_namespace, NAMESPACE_HEADER, "invalid_namespace")
     space = dedup_space(caller, namespace)
     raw = header_text(idempotency_key, "Idempotency-Key", "invalid_idempotency_key")
@@ -97,7 +146,8 @@ async def post_notification(
     reserved, profile = await _reserve(s, idem_key, fp, notification_id, body.user_id)
     if reserved.outcome is Reservation.REPLAY:
         s.metrics.repeats.labels("replay").inc()
-        return JSONResponse(reserved.answer, status_code=200)
+        assert reserved.answer is not None
+        return 200, reserved.answer
     if reserved.outcome is Reservation.OTHER_BODY:
         s.metrics.repeats.labels("other_body").inc()
         raise ApiError(422, "idempotency_key_reused", "this Idempotency-Key was used with another request")
@@ -118,15 +168,13 @@ async def post_notification(
         s.metrics.unavailable.labels("kafka_no_ack").inc()
         raise kafka_unavailable("Kafka did not acknowledge the request in time") from None
     queued, skipped = channels_now(profile, req.channels, accepted.kind, accepted.allow_unverified)
-    answer = NotificationAccepted(
-        id=notification_id, dedup_key=dedup_key, queued=queued, skipped=skipped,
-        status_url=f"/v1/notifications/{notification_id}",
-    ).model_dump()
+    answer = {"id": notification_id, "dedup_key": dedup_key, "queued": queued, "skipped": skipped,
+              "status_url": f"/v1/notifications/{notification_id}"}
     record = RequestRecord(notification_id, dedup_key, req.user_id, req.template_id,
                            tuple(c.value for c in req.channels), req.priority.value, caller.name, req.event_time, now,
                            written.partition, written.offset)
     s.writer.complete(idem_key, answer, record)  # stored in the writer's next round (api.writer)
-    return JSONResponse(answer, status_code=202)
+    return 202, answer
 
 
 async def _reserve(
