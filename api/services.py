@@ -133,7 +133,8 @@ def build_services(cfg: Settings) -> Services:
     return Services(
         cfg=cfg,
         pool=pool,
-        producer=RequestProducer(client, ack_timeout_ms=api.ack_timeout_ms, topic=cfg.topics.requests,
+        producer=RequestProducer(client, ack_timeout_ms=api.ack_timeout_ms, linger_ms=api.kafka_linger_ms,
+                                 topic=cfg.topics.requests,
                                  probe_interval_s=api.kafka_probe_interval_ms / 1000,
                                  on_ack=metrics.kafka_ack.observe),
         catalog=load_catalog(s.template_options()),
