@@ -116,7 +116,7 @@ def build_services(cfg: Settings) -> Services:
     )
     singletons = Singletons(
         SingletonsContext(opener=opener, runner=runner, topics=cfg.topics, outcomes_group=api.outcomes_group,
-                          replication=cfg.kafka.replication_factor, prune_interval_s=api.prune_interval_s,
+                          kafka=cfg.kafka, prune_interval_s=api.prune_interval_s,
                           retention_ms=s.retention_ms(cfg.dedup.max_window_sec),
                           campaign_poll_s=api.campaign_poll_ms / 1000),
         api.shutdown_timeout_s,

@@ -22,7 +22,9 @@ from api import campaigns
 from api.outcomes import OutcomeReader
 from api.store import prune
 from operators.contract import Topics
+from ops import kafka_io
 from senders.store.db import Database
+from settings.kafka import KafkaSettings
 
 logger = logging.getLogger(__name__)
 
@@ -31,14 +33,14 @@ logger = logging.getLogger(__name__)
 class SingletonsContext:
     """:param opener: a new connection of its own
     :param runner: the campaigns' runners' context
-    :param replication: the campaigns topic's replication factor
+    :param kafka: the brokers, for the campaigns topic (made as every topic the tools make)
     """
 
     opener: Callable[[], Database]
     runner: campaigns.RunnerContext
     topics: Topics
     outcomes_group: str
-    replication: int
+    kafka: KafkaSettings
     prune_interval_s: float
     retention_ms: int
     campaign_poll_s: float
@@ -93,11 +95,10 @@ class Term:
         ctx, pause = self._ctx, 1.0
         while not self._stop.is_set():
             try:
-                campaigns.ensure_topic(ctx.runner.client_config, ctx.runner.campaigns_topic, ctx.replication,
-                                       timeout_s=10.0)
+                campaigns.ensure_topic(ctx.kafka, ctx.runner.campaigns_topic, timeout_s=10.0)
                 self.campaigns_topic_ready = True
                 return
-            except KafkaException as exc:
+            except (KafkaException, kafka_io.TopicError) as exc:
                 logger.warning("the campaigns topic cannot be made yet (%s): again in %.0f s", exc, pause)
             self._stop.wait(pause)
             pause = min(pause * 2, 30.0)

@@ -119,7 +119,10 @@ def _watch(conn: Connection, bootstrap: str, topics: list[str], tally: Tally) ->
                         if err.code() != KafkaError._PARTITION_EOF:
                             conn.send(("warning", str(err)))
                         continue
-                    key = tally.add(m.topic(), m.value())
+                    topic, value = m.topic(), m.value()
+                    if topic is None or value is None:  # a record always has both
+                        continue
+                    key = tally.add(topic, value)
                     if live and key not in first_seen:
                         first_seen[key] = now
                     n += 1

@@ -1,5 +1,5 @@
-"""``dedupctl users``: put, get and erase user profiles (contacts encrypted at rest), re-encrypt
-them after a key rotation, and make a key.
+"""``dedupctl users``: put, import (``users_import_cmd``), get and erase user profiles (contacts
+encrypted at rest), re-encrypt them after a key rotation, and make a key.
 
 ``get`` prints the contacts: an operator asked for them. Nothing here logs them.
 """
@@ -115,6 +115,9 @@ def register(subparsers: Any) -> None:
     q.add_argument("user_id")
     q.add_argument("file", help="the JSON document, or - for stdin")
     q.set_defaults(func=cmd_users_put)
+    from dedupctl.users_import_cmd import register as register_import
+
+    register_import(sub)
     q = sub.add_parser("get", help="print the user's profile (contacts included)")
     q.add_argument("user_id")
     q.set_defaults(func=cmd_users_get)

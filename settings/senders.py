@@ -6,6 +6,8 @@ in the docstring (its environment variable ``DEDUP_SENDERS_<FIELD>`` and its TOM
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from operators.records import Channel
 from senders.policy.breaker import BreakerOptions
 from senders.policy.bucket import RateLimit
@@ -38,8 +40,19 @@ class SendersSettings(Section):
     :param base_backoff_ms: wait after the first failed attempt; doubles after each further one
     :param max_backoff_ms: upper bound of the wait
     :param jitter_ratio: up to this fraction of the wait is added at random
-    :param batch_size: records a worker takes per poll (one Kafka transaction)
+    :param batch_size: records a worker takes per poll
     :param poll_timeout_ms: how long a poll waits for records
+    :param max_in_flight: provider calls one worker keeps open at once, counted from the claim to
+        the outcome's record (so a crash leaves at most this many to send again); a channel's
+        workers share its providers, whose connection pools are sized for all of them. At most
+        one per user and channel: a user's later messages wait in arrival order
+    :param claim_batch: the most messages claimed (ruled, rendered, leased) in one status-store
+        transaction; outcomes are recorded in batches of up to this many too
+    :param buffered_records: records a worker holds beyond those whose calls are open (waiting
+        behind their user's message in flight, or for a free call); more pause the consumer
+    :param commit_interval_ms: how often a worker commits its finished records (their status,
+        retry and dead-letter records and the offsets before the first unfinished one) in one
+        Kafka transaction
     :param lease_ms: a claim is its worker's for this long; must exceed the longest send deadline
         (``http_timeout_ms``, ``smtp_timeout_ms`` of the providers in use) by a second, or the
         workers refuse to start
@@ -96,6 +109,8 @@ class SendersSettings(Section):
     :param http_timeout_ms: the deadline of one HTTP send, connect to last byte (a timeout is a
         transient failure); ``lease_ms`` must exceed it
     :param http_token: bearer token sent to HTTP providers (a secret)
+    :param http2: speak HTTP/2 to the HTTP providers (httpx, ALPN; for providers that offer it);
+        off: HTTP/1.1 keep-alive connections
     :param http_ca_file: PEM file of the CAs that HTTPS providers' certificates are verified
         against; empty: the system's CAs (verification is never off)
     :param smtp_host: SMTP relay host
@@ -107,8 +122,10 @@ class SendersSettings(Section):
     :param smtp_username: SMTP login; needs smtp_starttls or smtp_implicit_tls
     :param smtp_password: SMTP password (a secret)
     :param smtp_from: envelope and header sender of emails
-    :param smtp_timeout_ms: the deadline of one SMTP send (connect, TLS, login, the message);
-        ``lease_ms`` must exceed it
+    :param smtp_timeout_ms: the deadline of one SMTP send (waiting for a pooled connection,
+        connect, TLS, login, the message); ``lease_ms`` must exceed it
+    :param smtp_pool_size: SMTP sessions kept open per relay, each carrying one message at a time
+        (so at most this many emails are in flight to it)
     :param http_invalid_recipient: the HTTP answers that say the address itself is invalid, the
         only ones that deactivate it: a status (``410``), or ``STATUS:CODE`` when the reply's
         body must contain CODE (``400:invalid_recipient``); comma-separated
@@ -135,6 +152,10 @@ class SendersSettings(Section):
     jitter_ratio: float = 0.2
     batch_size: int = 200
     poll_timeout_ms: int = 100
+    max_in_flight: int = Field(default=400, ge=1, le=10_000)
+    claim_batch: int = Field(default=200, ge=1, le=5_000)
+    buffered_records: int = Field(default=2_000, ge=1)
+    commit_interval_ms: int = Field(default=100, ge=1, le=60_000)
     lease_ms: int = 60_000
     session_timeout_ms: int = 45_000
     transaction_timeout_ms: int = 60_000
@@ -169,6 +190,7 @@ class SendersSettings(Section):
     rate_burst: int = 20
     http_timeout_ms: int = 5_000
     http_token: OptionalSecret = None
+    http2: Flag = False
     http_ca_file: str = ""
     smtp_host: str = "127.0.0.1"
     smtp_port: int = 25
@@ -179,6 +201,7 @@ class SendersSettings(Section):
     smtp_password: OptionalSecret = None
     smtp_from: str = "notifications@localhost"
     smtp_timeout_ms: int = 10_000
+    smtp_pool_size: int = Field(default=8, ge=1, le=1_000)
     http_invalid_recipient: str = "400:invalid_recipient,404:invalid_recipient,410"
     smtp_invalid_recipient: str = "5.1"
     invalid_recipient_rules: str = ""

@@ -211,10 +211,11 @@ def main(argv: list[str] | None = None) -> int:
         msgs = consumer.consume(args.batch, 0.01)
         batch: Batch = []
         for m in msgs:
-            if m.error() is not None:
+            value, partition = m.value(), m.partition()
+            if m.error() is not None or value is None or partition is None:
                 continue
-            req = codec.decode_request(m.value())
-            batch.append((req, resolve_dedup_key(req), m.partition()))
+            req = codec.decode_request(value)
+            batch.append((req, resolve_dedup_key(req), partition))
         if batch:
             for (req, key, _), verdict in zip(batch, store.decide(batch), strict=True):
                 if verdict is None:

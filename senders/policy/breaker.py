@@ -59,6 +59,16 @@ class CircuitBreaker:
     def state(self) -> CircuitState:
         return self._state
 
+    def warming(self) -> int | None:
+        """While closed with fewer than ``min_calls`` outcomes in the window (at the start, and
+        after the circuit closed), how many more calls may be open to the primary beyond those
+        whose outcomes are in (the caller counts its open calls against it): so a provider that
+        rejects every message costs ``min_calls`` messages, not every call in flight. None: no
+        limit."""
+        if self._state is not CircuitState.CLOSED or len(self._outcomes) >= self.options.min_calls:
+            return None
+        return self.options.min_calls - len(self._outcomes)
+
     def use_primary(self, now_ms: int) -> bool:
         """Whether the next call goes to the primary (may start a half-open probe)."""
         if self._state is CircuitState.CLOSED:
@@ -71,13 +81,27 @@ class CircuitBreaker:
             return True
         return False
 
+    def abandon_probe(self) -> None:
+        """The probe ended without an outcome (its worker stopped): the next call probes."""
+        self._probing = False
+
     def record(
-        self, *, success: bool, now_ms: int, primary: bool = True, rejected: str | None = None
+        self,
+        *,
+        success: bool,
+        now_ms: int,
+        primary: bool = True,
+        rejected: str | None = None,
+        probe: bool | None = None,
     ) -> CircuitState | None:
         """The outcome of a call; ``rejected``: the key of the address whose message the provider
-        rejected permanently, for a reason not about the address. Returns the new state when it
-        changed."""
+        rejected permanently, for a reason not about the address; ``probe``: whether this call was
+        the half-open probe (False: a call to the primary that started before the circuit
+        opened, whose outcome says nothing of the primary now; None: one call at a time, so any
+        call in half-open is the probe). Returns the new state when it changed."""
         if not primary:
+            return None
+        if self._state is CircuitState.HALF_OPEN and probe is False:
             return None
         if self._state is CircuitState.HALF_OPEN:
             self._probing = False

@@ -4,7 +4,7 @@ JSON document (``profile_document`` without ``contacts``); nothing in them is an
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -59,12 +59,16 @@ def seal_contacts(contacts: Contacts, cipher: ContactCipher) -> list[SealedConta
     return rows
 
 
-def open_contacts(rows: Iterable[SealedContact], cipher: ContactCipher) -> Contacts:
-    """The contacts back from their rows; raises ContactDecryptError or ProfileError."""
+def open_contacts(
+    rows: Iterable[SealedContact], cipher: ContactCipher, decrypt: Callable[[str], str] | None = None
+) -> Contacts:
+    """The contacts back from their rows; raises ContactDecryptError or ProfileError.
+    ``decrypt``: in place of ``cipher.decrypt`` (one that remembers what it opened)."""
+    opened = decrypt or cipher.decrypt
     by_channel: dict[str, list[dict[str, object]]] = {c.value: [] for c in Channel}
     for row in sorted(rows, key=lambda r: (r.channel.value, r.position)):
         entry: dict[str, object] = {
-            "address": cipher.decrypt(row.address_enc),
+            "address": opened(row.address_enc),
             "verified": row.verified,
             "active": row.active,
         }

@@ -42,7 +42,11 @@ def redacted(spec: str) -> str:
     return parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[-1]).geturl()
 
 
-def build_provider(spec: str, *, name: str, settings: SendersSettings, metrics: Metrics) -> Provider:
+def build_provider(
+    spec: str, *, name: str, settings: SendersSettings, metrics: Metrics, max_connections: int | None = None
+) -> Provider:
+    """``max_connections``: the calls that may be open at once (the workers that share the
+    provider times ``senders.max_in_flight``)."""
     own_rules = rules_by_provider(settings.invalid_recipient_rules).get(name)
     if spec == "fake" or spec.startswith("fake:"):
         return FakeProvider(name=name, metrics=metrics)
@@ -55,6 +59,8 @@ def build_provider(spec: str, *, name: str, settings: SendersSettings, metrics: 
             ca_file=settings.http_ca_file or None,
             invalid_recipient=own_rules or RecipientRules.parse(settings.http_invalid_recipient),
             metrics=metrics,
+            max_connections=max_connections or settings.max_in_flight,
+            http2=settings.http2,
         )
     if spec == "smtp":
         return SmtpProvider(
@@ -70,5 +76,6 @@ def build_provider(spec: str, *, name: str, settings: SendersSettings, metrics: 
             password=settings.smtp_password,
             invalid_recipient=own_rules or RecipientRules.parse(settings.smtp_invalid_recipient),
             metrics=metrics,
+            pool_size=settings.smtp_pool_size,
         )
     raise ConfigError(f"unknown provider {redacted(spec)!r}: expected an http(s):// URL, 'smtp' or 'fake'")

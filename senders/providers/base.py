@@ -1,8 +1,10 @@
 """The provider interface: a public ``send()`` that wraps each provider's ``_try_send()`` with
-timing, outcome logging and metrics (GOV.UK Notify's pattern)."""
+its one deadline, timing, outcome logging and metrics (GOV.UK Notify's pattern). Providers are
+asynchronous: many calls of one worker are in flight at once on the process's event loop."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -32,7 +34,9 @@ class Receipt:
 class Provider(ABC):
     """One way out for one channel. Subclasses implement ``_try_send`` and raise
     ``ProviderRetryableError`` or ``ProviderPermanentError``; anything else they raise is
-    treated as a transient failure (and logged with its traceback)."""
+    treated as a transient failure (and logged with its traceback). ``send`` cuts a call at
+    ``timeout_s`` (``asyncio.timeout``: connect, TLS, login and the reply all count), whatever
+    the server does meanwhile."""
 
     #: the longest one send may take (its one deadline, seconds); None: the call leaves no process
     timeout_s: float | None = None
@@ -43,17 +47,22 @@ class Provider(ABC):
         self.name = name
         self.metrics = metrics if metrics is not None else Metrics()
 
-    def send(self, *, to: str, message_key: str, message: Rendered) -> Receipt:
+    async def send(self, *, to: str, message_key: str, message: Rendered) -> Receipt:
         """Send one rendered message; ``message_key`` doubles as the idempotency key. Raises
         ProviderError."""
         start = time.monotonic()
         outcome = "sent"
         channel = message.channel
         try:
-            reference = self._try_send(to=to, message_key=message_key, message=message)
+            async with asyncio.timeout(self.timeout_s):
+                reference = await self._try_send(to=to, message_key=message_key, message=message)
+        except TimeoutError:
+            outcome = "transient"
+            logger.debug("%s: no reply to %s in time", self.name, message_key, extra={"provider": self.name})
+            raise ProviderRetryableError(self.name, f"no reply within {self.timeout_s:g} s") from None
         except ProviderRetryableError as exc:
             outcome = "transient"
-            logger.warning(
+            logger.debug(
                 "%s did not take %s (transient): %s",
                 self.name,
                 message_key,
@@ -63,7 +72,7 @@ class Provider(ABC):
             raise
         except ProviderPermanentError as exc:
             outcome = "permanent"
-            logger.warning(
+            logger.debug(
                 "%s rejected %s (permanent): %s",
                 self.name,
                 message_key,
@@ -89,7 +98,8 @@ class Provider(ABC):
                 "provider_calls_total", provider=self.name, channel=channel.value, outcome=outcome
             )
             self.metrics.inc("provider_call_ms_sum", elapsed, provider=self.name, channel=channel.value)
-        logger.info(
+        # DEBUG: a busy sender makes thousands of these a second (the counters above say it all)
+        logger.debug(
             "%s accepted %s in %.0f ms",
             self.name,
             message_key,
@@ -98,6 +108,9 @@ class Provider(ABC):
         )
         return Receipt(self.name, reference, elapsed)
 
+    async def aclose(self) -> None:  # noqa: B027 - most providers hold no connections
+        """Close the provider's connections (the pool calls this when it stops)."""
+
     @abstractmethod
-    def _try_send(self, *, to: str, message_key: str, message: Rendered) -> str | None:
+    async def _try_send(self, *, to: str, message_key: str, message: Rendered) -> str | None:
         """Hand the rendered message over; return the provider's reference, if any."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
 import time
@@ -41,6 +42,8 @@ class FakeProvider(Provider):
     """Answers each address from its script: the n-th call to an address gets the n-th outcome,
     the last one repeating (``["transient", "transient", "ok"]`` is a flaky gateway). Addresses
     without a script get ``default``. ``set_down(True)`` fails every call transiently (an outage).
+    Each call takes ``latency_s`` (asynchronously: many are in flight at once); ``in_flight`` and
+    ``peak_in_flight`` count the calls open at once.
     """
 
     def __init__(
@@ -63,6 +66,8 @@ class FakeProvider(Provider):
         self._lock = threading.Lock()
         self._down = False
         self._refs = itertools.count(1)
+        self.in_flight = 0
+        self.peak_in_flight = 0
 
     def set_down(self, down: bool) -> None:
         self._down = down
@@ -71,7 +76,15 @@ class FakeProvider(Provider):
         with self._lock:
             return list(self._received)
 
-    def _try_send(self, *, to: str, message_key: str, message: Rendered) -> str | None:
+    async def _try_send(self, *, to: str, message_key: str, message: Rendered) -> str | None:
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        try:
+            return await self._answer(to, message_key, message)
+        finally:
+            self.in_flight -= 1
+
+    async def _answer(self, to: str, message_key: str, message: Rendered) -> str | None:
         with self._lock:
             n = self._calls.get(to, 0)
             self._calls[to] = n + 1
@@ -84,7 +97,7 @@ class FakeProvider(Provider):
             )
             ref = f"{self.name}-{next(self._refs)}"
         if self._latency_s:
-            time.sleep(self._latency_s)
+            await asyncio.sleep(self._latency_s)
         if behaviour is Behaviour.TRANSIENT:
             raise ProviderRetryableError(self.name, "scripted transient failure (503)", status_code=503)
         if behaviour is Behaviour.PERMANENT:
@@ -96,5 +109,5 @@ class FakeProvider(Provider):
                 self.name, "scripted rejection (422): not the address", status_code=422, deactivate_address=False
             )
         if behaviour is Behaviour.SLOW:
-            time.sleep(self._slow_s)
+            await asyncio.sleep(self._slow_s)
         return ref

@@ -1,20 +1,20 @@
-"""Email over SMTP (smtplib), one connection per message, TLS verified."""
+"""Email over SMTP (aiosmtplib): a small pool of connections per relay, TLS verified."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-import smtplib
-import socket
 import ssl
+import time
 from email.message import EmailMessage
 
+import aiosmtplib
 from pydantic import SecretStr
 
 from operators.errors import ConfigError
 from senders.errors import ProviderPermanentError, ProviderRetryableError
 from senders.policy.recipients import RecipientRules
 from senders.providers.base import Provider
-from senders.providers.deadline import deadline
 from senders.providers.tls import tls_context
 from senders.runtime.metrics import Metrics
 from senders.templates.render import EmailContent, Rendered
@@ -41,24 +41,18 @@ def message_id(message_key: str) -> str:
     return f"<{hashlib.sha256(message_key.encode()).hexdigest()[:32]}@notify-dedup>"
 
 
-class _Smtp(smtplib.SMTP):
-    """smtplib.SMTP that keeps its TCP socket, for the deadline to cut (STARTTLS wraps it)."""
-
-    raw: socket.socket | None = None
-
-    def _get_socket(self, host: str, port: int, timeout: float) -> socket.socket:
-        self.raw = socket.create_connection((host, port), timeout, self.source_address)
-        return self.raw
+#: an idle connection older than this is closed rather than used (relays drop idle sessions)
+IDLE_S = 10.0
 
 
-class _SmtpTls(smtplib.SMTP_SSL, _Smtp):
-    """Implicit TLS (port 465), keeping the TCP socket under the TLS one."""
-
-    raw: socket.socket | None = None
-
-    def _get_socket(self, host: str, port: int, timeout: float) -> socket.socket:
-        self.raw = socket.create_connection((host, port), timeout, self.source_address)
-        return self.context.wrap_socket(self.raw, server_hostname=host)
+def _cause(exc: BaseException) -> BaseException:
+    """The TLS error under a library's wrapping, if there is one."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return exc
 
 
 class SmtpProvider(Provider):
@@ -71,7 +65,9 @@ class SmtpProvider(Provider):
     TLS: ``starttls`` upgrades the connection, ``implicit_tls`` speaks TLS from the start (port
     465); either verifies the server against the system's CAs or ``ca_file``. With a
     ``username``, one of them is required: credentials never cross the network in clear. Each send
-    (connect, TLS, login, the message) has one deadline, ``timeout_s``."""
+    (waiting for a connection, connect, TLS, login, the message) has one deadline, ``timeout_s``.
+    Up to ``pool_size`` sessions stay open and carry one message after another; a session that
+    failed in any way is closed, never reused."""
 
     deadline_setting = "smtp_timeout_ms"
 
@@ -90,8 +86,11 @@ class SmtpProvider(Provider):
         password: SecretStr | None = None,
         invalid_recipient: RecipientRules | None = None,
         metrics: Metrics | None = None,
+        pool_size: int = 4,
     ) -> None:
         super().__init__(name=name, metrics=metrics)
+        if pool_size < 1:
+            raise ConfigError(f"provider {name}: the SMTP pool needs at least one connection")
         self.invalid_recipient = invalid_recipient or RecipientRules.parse(DEFAULT_INVALID_RECIPIENT)
         if starttls and implicit_tls:
             raise ConfigError(f"provider {name}: smtp_starttls and smtp_implicit_tls exclude each other")
@@ -105,6 +104,10 @@ class SmtpProvider(Provider):
         self.sender = sender
         self.timeout_s: float = timeout_s
         self._timeout_s = timeout_s
+        self._pool_size = pool_size
+        self._idle: list[tuple[aiosmtplib.SMTP, float]] = []
+        self._slots: asyncio.Semaphore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._starttls = starttls
         self._implicit_tls = implicit_tls
         self._tls = tls_context(ca_file) if starttls or implicit_tls else None
@@ -127,58 +130,89 @@ class SmtpProvider(Provider):
         msg.add_alternative(content.html, subtype="html")
         return msg
 
-    def _try_send(self, *, to: str, message_key: str, message: Rendered) -> str | None:
+    def _pool(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        if self._slots is None or self._loop is not loop:
+            self._slots, self._loop, self._idle = asyncio.Semaphore(self._pool_size), loop, []
+        return self._slots
+
+    async def _connect(self) -> aiosmtplib.SMTP:
+        smtp = aiosmtplib.SMTP(
+            hostname=self.host,
+            port=self.port,
+            timeout=self._timeout_s,
+            use_tls=self._implicit_tls,
+            start_tls=False,
+            tls_context=self._tls if self._implicit_tls else None,
+        )
+        await smtp.connect()
+        try:
+            await smtp.ehlo()
+            if self._starttls:
+                if not smtp.supports_extension("starttls"):
+                    raise ProviderRetryableError(self.name, "the SMTP server offers no STARTTLS")
+                await smtp.starttls(tls_context=self._tls)
+            if self._username:
+                await smtp.login(self._username, self._password.get_secret_value() if self._password else "")
+        except BaseException:
+            smtp.close()
+            raise
+        return smtp
+
+    def _take_idle(self) -> aiosmtplib.SMTP | None:
+        now = time.monotonic()
+        while self._idle:
+            smtp, since = self._idle.pop()
+            if smtp.is_connected and now - since < IDLE_S:
+                return smtp
+            smtp.close()
+        return None
+
+    async def _try_send(self, *, to: str, message_key: str, message: Rendered) -> str | None:
         msg = self._message(to, message_key, message)
-        smtp: list[_Smtp] = []  # made inside the deadline: its constructor connects
-        accepted = False
-        late = ProviderRetryableError(self.name, f"no reply within {self._timeout_s:g} s")
-        with deadline(self._timeout_s, lambda: smtp[0].raw if smtp else None) as d:
+        async with self._pool():
+            smtp: aiosmtplib.SMTP | None = None
             try:
-                if self._implicit_tls:
-                    smtp.append(_SmtpTls(self.host, self.port, timeout=self._timeout_s, context=self._tls))
-                else:
-                    smtp.append(_Smtp(self.host, self.port, timeout=self._timeout_s))
-                self._session(smtp[0], msg)
-                accepted = not d.cut
-                self._quit(smtp[0])
-            except smtplib.SMTPRecipientsRefused as exc:
-                code, text = next(iter(exc.recipients.values()))
-                self._fail(code, text, address_at_fault=True)
-            except smtplib.SMTPNotSupportedError:
-                raise ProviderRetryableError(self.name, "the SMTP server offers no STARTTLS") from None
-            except smtplib.SMTPResponseException as exc:  # sender refused, data refused, auth, ...
-                self._fail(exc.smtp_code, exc.smtp_error, address_at_fault=False)
-            except ssl.SSLCertVerificationError:
-                raise ProviderRetryableError(self.name, "SMTP TLS certificate not verified") from None
-            except (smtplib.SMTPException, OSError) as exc:  # connect, disconnect, timeout, TLS
-                if d.passed or isinstance(exc, TimeoutError):
-                    raise late from None
-                kind = "TLS" if isinstance(exc, ssl.SSLError) else "connection"
-                raise ProviderRetryableError(self.name, f"SMTP {kind} failed: {type(exc).__name__}") from None
-            finally:
-                if smtp:
-                    smtp[0].close()
-        if not accepted:
-            raise late  # the deadline cut the session: what it read is no reply
+                smtp = self._take_idle() or await self._connect()
+                await smtp.send_message(msg)
+            except BaseException as exc:
+                if smtp is not None:
+                    smtp.close()  # whatever state it is in: never reused
+                self._raise(exc)
+                raise
+            self._idle.append((smtp, time.monotonic()))
         return msg["Message-ID"]
 
-    def _session(self, smtp: _Smtp, msg: EmailMessage) -> None:
-        smtp.ehlo()
-        if self._starttls:
-            smtp.starttls(context=self._tls)
-            smtp.ehlo()
-        if self._username:
-            smtp.login(self._username, self._password.get_secret_value() if self._password else "")
-        smtp.send_message(msg)
+    def _raise(self, exc: BaseException) -> None:
+        """A library error as the provider's; returns for what is not one (a cancellation)."""
+        if isinstance(exc, ProviderRetryableError | ProviderPermanentError):
+            return
+        if isinstance(exc, aiosmtplib.SMTPRecipientsRefused):
+            refused = exc.recipients[0]
+            self._fail(refused.code, refused.message, address_at_fault=True)
+        if isinstance(exc, aiosmtplib.SMTPResponseException) and not isinstance(
+            exc, aiosmtplib.SMTPServerDisconnected | aiosmtplib.SMTPConnectError | aiosmtplib.SMTPTimeoutError
+        ):  # sender refused, data refused, auth, ...
+            self._fail(exc.code, exc.message, address_at_fault=isinstance(exc, aiosmtplib.SMTPRecipientRefused))
+        if isinstance(exc, TimeoutError):
+            raise ProviderRetryableError(self.name, f"no reply within {self._timeout_s:g} s") from None
+        if isinstance(exc, aiosmtplib.SMTPException | OSError | ssl.SSLError):
+            cause = _cause(exc)
+            if isinstance(cause, ssl.SSLCertVerificationError):
+                raise ProviderRetryableError(self.name, "SMTP TLS certificate not verified") from None
+            kind = "TLS" if isinstance(cause, ssl.SSLError) else "connection"
+            raise ProviderRetryableError(self.name, f"SMTP {kind} failed: {type(cause).__name__}") from None
 
-    @staticmethod
-    def _quit(smtp: _Smtp) -> None:
-        try:
-            smtp.quit()
-        except (smtplib.SMTPException, OSError):
-            pass  # the message was accepted; the connection is closed either way
+    async def aclose(self) -> None:
+        idle, self._idle = self._idle, []
+        for smtp, _ in idle:
+            try:
+                await asyncio.wait_for(smtp.quit(), 1.0)
+            except (aiosmtplib.SMTPException, OSError, TimeoutError):
+                smtp.close()
 
     def _fail(self, code: int, text: bytes | str, *, address_at_fault: bool) -> None:
+        """Raises the provider's error for an SMTP reply."""
         reason = _reason(code, text)
         if code in AUTH_CODES or not 500 <= code < 600:
             raise ProviderRetryableError(self.name, reason, status_code=code)

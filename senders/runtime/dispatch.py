@@ -1,11 +1,15 @@
 """One channel's way out: the circuit breaker picks primary or secondary, the provider's token
-bucket paces the call. Shared by every worker (both lanes, retries included) of a process."""
+bucket paces the calls' starts. Shared by every worker (both lanes, retries included) of a
+process, on its event loop: many calls are in flight at once, so the bucket paces starts (a
+call waits for its token, no burst beyond the bucket), the breaker takes each outcome as it
+comes, and a half-open probe is exactly one call."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
-import threading
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -41,23 +45,33 @@ def _address_key(address: str) -> str:
 
 
 class RateLimiter:
-    """A token bucket behind a lock; ``acquire`` sleeps outside the lock, so callers queue fairly."""
+    """A token bucket on the event loop: ``acquire`` reserves the next token and sleeps until it
+    is due, so calls start in turn however many wait."""
 
     def __init__(self, limit: RateLimit, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
+        self._limit = limit
         self._bucket = TokenBucket(limit, clock())
-        self._lock = threading.Lock()
 
-    def acquire(self, max_wait_s: float = float("inf")) -> bool:
+    def reserve(self, max_wait_s: float = float("inf")) -> float | None:
+        """Take a token now if it comes within ``max_wait_s``: the seconds until it is due, or
+        None (nothing taken) when it would come later."""
+        return self._bucket.reserve_within(self._clock(), max_wait_s)
+
+    async def acquire(self, max_wait_s: float = float("inf")) -> bool:
         """Take a token, waiting for it if it comes within ``max_wait_s``; False (nothing taken)
         when it would come later."""
-        with self._lock:
-            wait = self._bucket.reserve_within(self._clock(), max_wait_s)
+        wait = self.reserve(max_wait_s)
         if wait is None:
             return False
         if wait > 0:
-            time.sleep(wait)
+            await asyncio.sleep(wait)
         return True
+
+    def startable(self, within_s: float) -> int:
+        """How many more calls could start within ``within_s`` (the reserved ones taken)."""
+        tokens = self._bucket.available(self._clock()) + self._limit.per_second * max(0.0, within_s)
+        return max(0, math.floor(tokens))
 
 
 class Dispatcher:
@@ -80,7 +94,9 @@ class Dispatcher:
         self._limiters = {p.name: RateLimiter(limit) for p in (primary, secondary) if p is not None}
         # without a secondary the breaker moves no traffic, but still tells (the alert metric)
         self._breaker = CircuitBreaker(breaker)
-        self._lock = threading.Lock()
+        self._waiters: list[asyncio.Future[None]] = []  # waiting for the primary's next outcome
+        self._primary_open = 0  # calls open to the primary
+        self._promised = 0  # messages claimed to be sent that have not reserved their token yet
         self._metrics = metrics
         self._clock_ms = clock_ms
         self._publish_state(CircuitState.CLOSED, initial=True)
@@ -89,52 +105,143 @@ class Dispatcher:
     def circuit(self) -> CircuitState:
         return self._breaker.state
 
-    def send(
-        self, delivery: Delivery, to: str, message: Rendered, budget_s: float = float("inf")
+    def _next_provider(self) -> Provider:
+        """Where a call would go now (without starting a probe)."""
+        if self._breaker.state is CircuitState.CLOSED or self.secondary is None:
+            return self.primary
+        return self.secondary
+
+    def promise(self, n: int, within_s: float, *, first: bool = False) -> int:
+        """Promise up to ``n`` calls that can start within ``within_s`` (a worker claims that
+        many messages); returns how many. Each ``send(promised=True)`` keeps one promise, and
+        ``release`` gives back those not kept (messages the rules did not send). ``first``:
+        the priority lane, whose claims are not held back by the normal lane's promises."""
+        limiter = self._limiters[self._next_provider().name]
+        # ``first`` (the priority lane): others' promises do not hold it back
+        granted = max(0, min(n, limiter.startable(within_s) - (0 if first else self._promised)))
+        self._promised += granted
+        return granted
+
+    def release(self, n: int) -> None:
+        self._promised = max(0, self._promised - n)
+
+    async def send(
+        self,
+        delivery: Delivery,
+        to: str,
+        message: Rendered,
+        budget_s: float = float("inf"),
+        *,
+        promised: bool = False,
     ) -> AttemptResult:
         """One attempt, within ``budget_s`` (what is left of the claim's lease, less the time to
         record the outcome): no call starts that could outlive it, the rate limit's wait included.
-        A half-open probe is a real message: when the probe fails, the message goes on to the
-        secondary at once (time permitting), so probing costs no message an attempt."""
+        A half-open probe is a real message, and the only call to the primary until its outcome:
+        others go to the secondary, or wait for the probe when there is none. When the probe
+        fails, its message goes on to the secondary at once (time permitting), so probing costs
+        no message an attempt. Until the breaker has ``min_calls`` outcomes of the primary (at
+        the start, after the circuit closed), no more calls than that are open to it."""
         deadline = time.monotonic() + budget_s
-        with self._lock:
+        while True:
             before = self._breaker.state
             use_primary = self._breaker.use_primary(self._clock_ms())
             after = self._breaker.state
+            if after is not before:
+                self._publish_state(after)
+            probing_elsewhere = not use_primary and self.secondary is None and after is CircuitState.HALF_OPEN
+            warming = self._breaker.warming() if use_primary else None
+            if not probing_elsewhere and (warming is None or self._primary_open < warming):
+                break
+            # the probe is out (and no secondary), or the breaker waits for its first outcomes
+            if not await self._await_outcome(deadline - time.monotonic()):
+                if promised:
+                    self.release(1)
+                return AttemptResult(
+                    AttemptOutcome.TRANSIENT,
+                    f"no time left in the claim's lease for a call to {self.primary.name} (its circuit breaker)",
+                )
         probe = use_primary and after is CircuitState.HALF_OPEN
-        if after is not before:
-            self._publish_state(after)
         provider = self.primary if use_primary or self.secondary is None else self.secondary
-        result = self._call(provider, delivery, to, message, deadline)
+        to_primary = provider is self.primary
+        self._primary_open += to_primary
+        try:
+            result = await self._call(provider, delivery, to, message, deadline, promised=promised)
+        except BaseException:  # cancelled (its worker stops): the next call probes
+            if probe:
+                self._breaker.abandon_probe()
+            raise
+        finally:
+            self._primary_open -= to_primary
+            if to_primary:
+                self._wake_waiters()
         if result.provider is None:
+            if probe:
+                self._breaker.abandon_probe()
             return result  # no call was made: nothing to tell the breaker
         failed = _provider_failed(result)
-        with self._lock:
-            changed = self._breaker.record(
-                success=not failed,
-                now_ms=self._clock_ms(),
-                primary=provider is self.primary,
-                rejected=_address_key(to) if failed and result.outcome is AttemptOutcome.PERMANENT else None,
-            )
+        changed = self._breaker.record(
+            success=not failed,
+            now_ms=self._clock_ms(),
+            primary=provider is self.primary,
+            rejected=_address_key(to) if failed and result.outcome is AttemptOutcome.PERMANENT else None,
+            probe=probe,
+        )
         if changed is not None:
             self._publish_state(changed)
+        if to_primary:
+            self._wake_waiters()
         if probe and failed and self.secondary is not None:
-            failover = self._call(self.secondary, delivery, to, message, deadline)
+            failover = await self._call(self.secondary, delivery, to, message, deadline)
             if failover.provider is not None:
                 result = failover
         return result
 
-    def _call(
-        self, provider: Provider, delivery: Delivery, to: str, message: Rendered, deadline: float
+    async def _await_outcome(self, within_s: float) -> bool:
+        """Wait for the primary's next outcome; False when it does not come within ``within_s``."""
+        if within_s <= 0:
+            return False
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), within_s)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+    def _wake_waiters(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def _call(
+        self,
+        provider: Provider,
+        delivery: Delivery,
+        to: str,
+        message: Rendered,
+        deadline: float,
+        *,
+        promised: bool = False,
     ) -> AttemptResult:
+        """``promised``: the call keeps a promise (``promise``), kept once it has its token (or
+        has none to wait for)."""
         spare = deadline - time.monotonic() - (provider.timeout_s or 0.0)
-        if spare < 0 or not self._limiters[provider.name].acquire(spare):
+        wait = self._limiters[provider.name].reserve(spare) if spare >= 0 else None
+        if promised:
+            self.release(1)  # its token is reserved, or none will come in time
+        if wait is not None and wait > 0:
+            await asyncio.sleep(wait)
+        if wait is None:
             return AttemptResult(
                 AttemptOutcome.TRANSIENT,
                 f"no time left in the claim's lease for a call to {provider.name} (rate limit)",
             )
         try:
-            receipt = provider.send(to=to, message_key=delivery.message_key, message=message)
+            receipt = await provider.send(to=to, message_key=delivery.message_key, message=message)
             return AttemptResult(AttemptOutcome.SENT, provider=provider.name, reference=receipt.reference)
         except ProviderRetryableError as exc:
             return AttemptResult(
@@ -147,6 +254,11 @@ class Dispatcher:
                 deactivate_address=exc.deactivate_address,
                 provider=provider.name,
             )
+
+    async def aclose(self) -> None:
+        for provider in (self.primary, self.secondary):
+            if provider is not None:
+                await provider.aclose()
 
     def _publish_state(self, state: CircuitState, *, initial: bool = False) -> None:
         labels: dict[str, Any] = {"channel": self.channel.value, "provider": self.primary.name}

@@ -1,7 +1,10 @@
-"""What a worker does with one record: rule on it and claim it in the status store (one
-transaction: ``senders.runtime.ruling``), call the provider with the rendered message, record the
-outcome, and return the records to produce (status, retry or deferral, dead letter) in the
-batch's transaction. No Kafka here: the worker owns the consumer and the producer.
+"""What a worker does with its records, in steps the worker runs for many records at once:
+``decode`` a record (is it due?), ``claim_batch`` (rule on and claim many in one status-store
+transaction: ``senders.runtime.ruling``, ``senders.store.batches``), ``call`` the provider with
+the rendered message (on the event loop, many at once), ``finish_batch`` (record many outcomes in
+one transaction), each giving the records to produce (status, retry or deferral, dead letter).
+No Kafka here: the worker owns the consumer and the producer. ``claim_batch`` and
+``finish_batch`` block (the store, Fernet, Jinja): the worker runs them on its store thread.
 
 A rule's outcome (skipped, deferred, rejected) is a status with its reason, never a dead letter.
 A deferred message waits as a delay-topic record due at its ``not_before``, then is decided again.
@@ -9,10 +12,11 @@ A deferred message waits as a delay-topic record due at its ``not_before``, then
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +27,7 @@ from senders.errors import StoreUnavailableError
 from senders.policy.delays import DelayAction, place_delayed
 from senders.policy.leases import send_budget_s
 from senders.policy.retry import RetryPolicy
-from senders.policy.transitions import AttemptResult, OutcomePlan, plan_outcome
+from senders.policy.transitions import AttemptResult, ClaimDecision, OutcomePlan, plan_outcome
 from senders.policy.verdict import RuleVerdict
 from senders.profiles.model import Contacts, ProfileError
 from senders.records import Delivery, TemplateRef
@@ -37,8 +41,10 @@ from senders.statuses import (
     DeliveryStatus,
     Lane,
 )
+from senders.store.batches import ClaimRequest, FinishRequest, claim_many, finish_many, inactive_since_many
 from senders.store.profiles import ProfileCache, ProfileRead
 from senders.store.status import StatusRow, StatusStore
+from senders.templates.render import Rendered
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +80,24 @@ class Handled:
     outputs: list[Output] = field(default_factory=list)
     published: list[tuple[str, int]] = field(default_factory=list)
     hold_until_ms: int | None = None
+
+
+@dataclass(slots=True)
+class SendJob:
+    """A claimed message the rules say send: its call is to be made (``can_send``), or it fails
+    transiently without one (``reason``: its contacts cannot be read)."""
+
+    delivery: Delivery
+    claimed_at_ms: int
+    outputs: list[Output]  # its "sending" status
+    template: TemplateRef | None
+    address: str | None = field(default=None, repr=False)
+    rendered: Rendered | None = field(default=None, repr=False)
+    reason: str = "not ruled"
+
+    @property
+    def can_send(self) -> bool:
+        return self.address is not None and self.rendered is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +149,7 @@ class DeliveryHandler:
         self._prune_interval_ms = prune_interval_ms
         self._next_prune_ms = 0
 
-    def handle(
+    def decode(
         self,
         *,
         topic: str,
@@ -135,9 +159,10 @@ class DeliveryHandler:
         value: bytes | None,
         delay_step_ms: int | None = None,
         written_ms: int | None = None,
-    ) -> Handled:
+    ) -> Handled | Delivery:
         """One record of the channel topic, or (``delay_step_ms`` given) of its delay topic for
-        that step, written at ``written_ms`` (the record's timestamp)."""
+        that step, written at ``written_ms`` (the record's timestamp): the delivery to claim, or
+        what becomes of the record at once (undecodable, not due: held or moved on)."""
         try:
             if value is None:
                 raise ValueError("empty record")
@@ -150,15 +175,43 @@ class DeliveryHandler:
         now = self._clock_ms()
         if d.not_before_ms > now:
             return self._not_due(d, now, delay_step_ms, now if written_ms is None or written_ms <= 0 else written_ms)
-        return self._claim(d, now)
+        return d
+
+    async def handle(
+        self,
+        *,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        delay_step_ms: int | None = None,
+        written_ms: int | None = None,
+    ) -> Handled:
+        """One record all the way (the steps a worker takes for many at once); blocking store
+        work runs on a thread."""
+        first = self.decode(
+            topic=topic, partition=partition, offset=offset, key=key, value=value,
+            delay_step_ms=delay_step_ms, written_ms=written_ms,
+        )
+        if isinstance(first, Handled):
+            return first
+        [claimed] = await asyncio.to_thread(self.claim_batch, [first])
+        if isinstance(claimed, Handled):
+            return claimed
+        result = await self.call(claimed)
+        [done] = await asyncio.to_thread(self.finish_batch, [(claimed, result)])
+        return done
+
+    def housekeeping_due(self) -> bool:
+        return self._prune_interval_ms > 0 and self._clock_ms() >= self._next_prune_ms
 
     def housekeeping(self) -> None:
-        """Between batches: prune the status store when it is time (a failure waits for the next)."""
-        if self._prune_interval_ms <= 0:
+        """Between batches: prune the status store when it is time (a failure waits for the next).
+        Blocks."""
+        if not self.housekeeping_due():
             return
         now = self._clock_ms()
-        if now < self._next_prune_ms:
-            return
         self._next_prune_ms = now + self._prune_interval_ms
         try:
             dropped = self.store.prune(now, self.rules.retention_ms)
@@ -181,25 +234,58 @@ class DeliveryHandler:
         )
         if place.action is DelayAction.HOLD:
             return Handled(hold_until_ms=place.until_ms)
-        logger.info("moving %s attempt %d on to the %d ms delay topic", d.message_key, d.attempt, place.step_ms)
+        logger.debug("moving %s attempt %d on to the %d ms delay topic", d.message_key, d.attempt, place.step_ms)
         self.metrics.inc("sender_retries_moved_total", **self._labels)
         return Handled([self._retry_record(d, d.attempt, place.not_before_ms, d.last_error, place.step_ms)])
 
-    def _claim(self, d: Delivery, now: int) -> Handled:
-        ruling = self._prepare(d, now)
-        decision, row, verdict = self.store.claim(
-            message_key=d.message_key,
-            notification_id=d.notification_id,
-            channel=d.channel,
-            lane=self.lane,
-            attempt=d.attempt,
+    def claim_batch(self, deliveries: Sequence[Delivery]) -> list[Handled | SendJob]:
+        """Rule on and claim these deliveries (their profiles read in one transaction, their
+        claims made in one): for each, what to produce now, or the call to make. Blocks."""
+        if not deliveries:
+            return []
+        reads = self.profiles.read_many([d.user_id for d in deliveries], self.channel)
+        addresses = {
+            c.address
+            for read in reads.values()
+            if isinstance(read, ProfileRead)
+            for c in read.contacts.of(self.channel)
+            if c.active
+        }
+        inactive = inactive_since_many(self.store.db, self.channel, addresses)
+        now = self._clock_ms()  # after the reads (decrypting takes a while): the leases start now
+        rulings = [self._prepare(d, reads[d.user_id], inactive, now) for d in deliveries]
+        claimed = claim_many(
+            self.store.db,
+            [
+                ClaimRequest(
+                    message_key=d.message_key,
+                    notification_id=d.notification_id,
+                    channel=d.channel,
+                    lane=self.lane,
+                    attempt=d.attempt,
+                    user_id=d.user_id,
+                    rules=ruling.verdict if isinstance(ruling, Ruling) else None,
+                    limits=ruling.limits if isinstance(ruling, Ruling) else (),
+                )
+                for d, ruling in zip(deliveries, rulings, strict=True)
+            ],
             now_ms=now,
             lease_ms=self.lease_ms,
             owner=self.owner,
-            user_id=d.user_id,
-            rules=ruling.verdict if isinstance(ruling, Ruling) else None,
-            limits=ruling.limits if isinstance(ruling, Ruling) else (),
         )
+        return [
+            self._after_claim(d, now, ruling, *c) for d, ruling, c in zip(deliveries, rulings, claimed, strict=True)
+        ]
+
+    def _after_claim(
+        self,
+        d: Delivery,
+        now: int,
+        ruling: Ruling | str,
+        decision: ClaimDecision,
+        row: StatusRow | None,
+        verdict: RuleVerdict | None,
+    ) -> Handled | SendJob:
         if decision.action is ClaimAction.SKIP:
             logger.debug("skip %s attempt %d: %s", d.message_key, d.attempt, decision.reason)
             self.metrics.inc("sender_skipped_total", **self._labels)
@@ -212,29 +298,37 @@ class DeliveryHandler:
             return Handled([self._deferral_record(d, decision.until_ms, now)])
         if decision.action is ClaimAction.REPUBLISH:
             assert row is not None
-            logger.info("republishing the outcome of %s attempt %d", d.message_key, d.attempt)
+            logger.debug("republishing the outcome of %s attempt %d", d.message_key, d.attempt)
             return Handled(self._republish(d, row), [(d.message_key, row.attempts)])
         if verdict is not None and not verdict.send:
             return self._ruled(d, verdict, now)
-        return self._attempt(d, now, ruling)
+        template = ruling.template if isinstance(ruling, Ruling) else None
+        job = SendJob(d, now, [self._status(d, DeliveryStatus.SENDING, d.attempt, now, template=template)], template)
+        if isinstance(ruling, Ruling) and ruling.rendered is not None and ruling.address is not None:
+            job.rendered, job.address = ruling.rendered, ruling.address
+            job.template = TemplateRef(ruling.rendered.template, ruling.rendered.version, ruling.rendered.locale)
+        elif isinstance(ruling, str):
+            job.reason = ruling
+        return job
 
-    def _prepare(self, d: Delivery, now: int) -> Ruling | str:
+    def _prepare(
+        self, d: Delivery, read: ProfileRead | ProfileError, inactive: Mapping[str, int], now: int
+    ) -> Ruling | str:
         """The rules of the delivery, or why its contacts cannot be read (then the attempt fails
         transiently and is retried: nothing can be sent without them)."""
-        try:
-            read = self.profiles.read(d.user_id)
-        except ProfileError as exc:  # a contact no configured key decrypts, a damaged row
-            logger.warning("the profile of %s cannot be read: %s", d.message_key, type(exc).__name__)
+        if isinstance(read, ProfileError):  # a contact no configured key decrypts, a damaged row
+            logger.warning("the profile of %s cannot be read: %s", d.message_key, type(read).__name__)
             return "contacts cannot be read (check senders.contact_encryption_keys)"
-        return self.rules.prepare(d, read.preferences, self._usable(d.channel, read), now)
+        return self.rules.prepare(d, read.preferences, self._usable(d.channel, read, inactive), now)
 
-    def _usable(self, channel: Channel, read: ProfileRead) -> Contacts:
+    def _usable(self, channel: Channel, read: ProfileRead, inactive: Mapping[str, int]) -> Contacts:
         """The contacts with those a provider deactivated marked inactive; one deactivated before
         the user registered it again is reactivated."""
         contacts = read.contacts.of(channel)
         kept = tuple(
             c
-            if not c.active or self._active(channel, c.address, read.registered_ms.get((channel, c.address), 0))
+            if not c.active
+            or self._active(channel, c.address, read.registered_ms.get((channel, c.address), 0), inactive)
             else c.model_copy(update={"active": False})
             for c in contacts
         )
@@ -242,8 +336,8 @@ class DeliveryHandler:
             return read.contacts
         return read.contacts.model_copy(update={channel.value: kept})
 
-    def _active(self, channel: Channel, address: str, registered_ms: int) -> bool:
-        since = self.store.inactive_since(channel, address)
+    def _active(self, channel: Channel, address: str, registered_ms: int, inactive: Mapping[str, int]) -> bool:
+        since = inactive.get(address)
         if since is None:
             return True
         if registered_ms > since and self.store.reactivate(channel, address):
@@ -269,7 +363,7 @@ class DeliveryHandler:
             not_before_ms=verdict.not_before_ms,
             template=verdict.template,
         )
-        logger.info("%s attempt %d %s: %s", d.message_key, d.attempt, verdict.status, verdict.reason)
+        logger.debug("%s attempt %d %s: %s", d.message_key, d.attempt, verdict.status, verdict.reason)
         reason = (verdict.reason or "").split(":", 1)[0]
         self.metrics.inc("sender_rule_outcomes_total", status=verdict.status.value, reason=reason, **self._labels)
         self._emit(
@@ -288,58 +382,70 @@ class DeliveryHandler:
 
     # -- one attempt ------------------------------------------------------------------------------
 
-    def _attempt(self, d: Delivery, claimed_at: int, ruling: Ruling | str) -> Handled:
-        """Claimed, the rules say send: send the rendered message, record the outcome, build its
-        records."""
-        template = ruling.template if isinstance(ruling, Ruling) else None
-        outputs = [self._status(d, DeliveryStatus.SENDING, d.attempt, claimed_at, template=template)]
-        address = ruling.address if isinstance(ruling, Ruling) else None
-        if isinstance(ruling, Ruling) and ruling.rendered is not None and address is not None:
-            template = TemplateRef(ruling.rendered.template, ruling.rendered.version, ruling.rendered.locale)
-            budget = send_budget_s(self.lease_ms, self._clock_ms() - claimed_at)
-            result = self.dispatcher.send(d, address, ruling.rendered, budget_s=budget)
-        else:
-            result = AttemptResult(AttemptOutcome.TRANSIENT, ruling if isinstance(ruling, str) else "not ruled")
+    async def call(self, job: SendJob) -> AttemptResult:
+        """The provider call of a claimed message, within what its lease leaves (no call starts
+        that could outlive it). On the event loop; many at once."""
+        if not job.can_send:
+            return AttemptResult(AttemptOutcome.TRANSIENT, job.reason)
+        assert job.address is not None and job.rendered is not None
+        budget = send_budget_s(self.lease_ms, self._clock_ms() - job.claimed_at_ms)
+        return await self.dispatcher.send(job.delivery, job.address, job.rendered, budget_s=budget, promised=True)
+
+    def finish_batch(self, done: Sequence[tuple[SendJob, AttemptResult]]) -> list[Handled]:
+        """Record the outcomes of these calls in one transaction, and build their records. An
+        outcome whose claim was lost (the lease ran out mid-call and another worker took the
+        message over) is that worker's to record. Blocks."""
+        if not done:
+            return []
         now = self._clock_ms()
-        plan = plan_outcome(result, attempt=d.attempt, policy=self.policy, now_ms=now, rand=self._rand())
-        error = result.reason or None
-        deactivate = (d.channel, address) if plan.deactivate_address and address is not None else None
-        recorded = self._record(
-            lambda: self.store.finish(
-                message_key=d.message_key,
-                attempt=d.attempt,
-                owner=self.owner,
+        plans = [
+            plan_outcome(result, attempt=job.delivery.attempt, policy=self.policy, now_ms=now, rand=self._rand())
+            for job, result in done
+        ]
+        requests = [
+            FinishRequest(
+                message_key=job.delivery.message_key,
+                attempt=job.delivery.attempt,
                 plan=plan,
                 provider=result.provider,
-                error=error,
+                error=result.reason or None,
                 now_ms=now,
-                deactivate=deactivate,
+                deactivate=(job.delivery.channel, job.address)
+                if plan.deactivate_address and job.address is not None
+                else None,
                 provider_ref=result.reference,
-            ),
-            budget_s=(claimed_at + self.lease_ms - self._clock_ms()) / 1000,
-        )
-        if not recorded:
-            # our lease ran out mid-call and another worker took the message over: it records the outcome
-            logger.warning("lost the claim on %s attempt %d during the call", d.message_key, d.attempt)
-            self.metrics.inc("sender_lost_claims_total", **self._labels)
-            return Handled(outputs)
-        outputs += self._outcome_records(
-            d,
-            status=plan.status,
-            attempt=d.attempt,
-            provider=result.provider,
-            error=error,
-            retry_at_ms=plan.retry_at_ms,
-            dead_letter=plan.dead_letter,
-            now_ms=now,
-            template=template,
-        )
-        self._count(d, plan, result, template)
-        return Handled(outputs, [(d.message_key, d.attempt)])
+            )
+            for (job, result), plan in zip(done, plans, strict=True)
+        ]
+        lease_left_s = (min(job.claimed_at_ms for job, _ in done) + self.lease_ms - self._clock_ms()) / 1000
+        recorded = self._record(lambda: finish_many(self.store.db, requests, owner=self.owner), lease_left_s)
+        out: list[Handled] = []
+        for (job, result), plan, ok in zip(done, plans, recorded, strict=True):
+            d = job.delivery
+            if not ok:
+                logger.warning("lost the claim on %s attempt %d during the call", d.message_key, d.attempt)
+                self.metrics.inc("sender_lost_claims_total", **self._labels)
+                out.append(Handled(list(job.outputs)))
+                continue
+            error = result.reason or None
+            outputs = job.outputs + self._outcome_records(
+                d,
+                status=plan.status,
+                attempt=d.attempt,
+                provider=result.provider,
+                error=error,
+                retry_at_ms=plan.retry_at_ms,
+                dead_letter=plan.dead_letter,
+                now_ms=now,
+                template=job.template,
+            )
+            self._count(d, plan, result, job.template)
+            out.append(Handled(outputs, [(d.message_key, d.attempt)]))
+        return out
 
     @staticmethod
-    def _record(finish: Callable[[], bool], budget_s: float) -> bool:
-        """Record an outcome, retrying while the store is unavailable and the claim's lease lasts:
+    def _record(finish: Callable[[], list[bool]], budget_s: float) -> list[bool]:
+        """Record outcomes, retrying while the store is unavailable and the claims' leases last:
         the provider has been called, and an outcome never recorded means a second send once the
         lease runs out."""
         deadline = time.monotonic() + budget_s
@@ -350,7 +456,7 @@ class DeliveryHandler:
             except StoreUnavailableError:
                 if time.monotonic() + pause >= deadline:
                     raise
-                logger.warning("status store unavailable: retrying the outcome for %.1f s more", budget_s)
+                logger.warning("status store unavailable: retrying the outcomes for %.1f s more", budget_s)
                 time.sleep(pause)
                 pause = min(pause * 2, 1.0)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -136,6 +136,8 @@ class Database:
         self._transient = transient
         self._conn: Any = None
         self._lock_suffix = " FOR UPDATE" if dialect == "postgresql" else ""
+        #: called after each committed transaction (the senders count them: a metric)
+        self.on_commit: Callable[[], None] | None = None
 
     @property
     def for_update(self) -> str:
@@ -147,6 +149,21 @@ class Database:
     def exec(self, cur: Any, text: str, params: Iterable[Any] = ()) -> Any:
         cur.execute(self.sql(text), tuple(params))
         return cur
+
+    def exec_each(self, cur: Any, text: str, params: Iterable[Sequence[Any]]) -> list[list[tuple[Any, ...]]]:
+        """One statement with a ``RETURNING`` clause for each set of parameters; the rows each
+        returned (PostgreSQL: pipelined in one round trip)."""
+        items = [tuple(p) for p in params]
+        if not items:
+            return []
+        if self.dialect == "postgresql":
+            cur.executemany(self.sql(text), items, returning=True)
+            out = []
+            while True:
+                out.append(list(cur.fetchall()))
+                if not cur.nextset():
+                    return out
+        return [list(cur.execute(text, p).fetchall()) for p in items]
 
     def _connection(self) -> Any:
         if self._conn is None:
@@ -211,6 +228,8 @@ class Database:
                 cur.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             yield cur
             conn.commit() if self.dialect == "postgresql" else cur.execute("COMMIT")
+            if self.on_commit is not None:
+                self.on_commit()
         except self._transient as exc:
             self._rollback_or_drop()
             raise StoreUnavailableError(f"status store {self.where} unavailable: {exc}") from None

@@ -30,6 +30,8 @@ from senders.store.db import Database
 from senders.store.status import erase_user_rows
 
 _CONTACT_COLUMNS = "channel, position, address_enc, address_hash, verified, active, platform, registered_ms"
+#: the most users ``put_many`` reads and writes with one statement (SQLite's variable limit allows it)
+PUT_GROUP = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +89,11 @@ class ProfileStore:
         ]
         return (found[0] if found else None), sealed
 
-    def _registered(self, sealed: Iterable[tuple[SealedContact, int]]) -> dict[tuple[Channel, str], int]:
-        return {(row.channel, self._cipher.decrypt(row.address_enc)): at for row, at in sealed}
+    def _registered(
+        self, sealed: Iterable[tuple[SealedContact, int]], decrypt: Callable[[str], str] | None = None
+    ) -> dict[tuple[Channel, str], int]:
+        opened = decrypt or self._cipher.decrypt
+        return {(row.channel, opened(row.address_enc)): at for row, at in sealed}
 
     def read(self, user_id: str) -> ProfileRead:
         """The senders' view; raises ContactDecryptError (or ProfileError) when the contacts
@@ -97,12 +102,60 @@ class ProfileStore:
             document, sealed = self._rows(cur, user_id)
         if document is None:
             return NO_PROFILE
-        contacts = open_contacts([row for row, _ in sealed], self._cipher)
+        return self._read(document, sealed)
+
+    def read_many(
+        self, user_ids: Iterable[str], channel: Channel | None = None
+    ) -> dict[str, ProfileRead | ProfileError]:
+        """``read`` for many users in one transaction; with ``channel``, only that channel's
+        contacts are opened (a channel's sender needs no others). A user whose contacts cannot
+        be read maps to the ProfileError (so one bad row fails one message, not the batch)."""
+        ids = sorted(set(user_ids))
+        documents: dict[str, str] = {}
+        sealed: dict[str, list[tuple[SealedContact, int]]] = {}
+        only = "" if channel is None else " AND channel = ?"
+        with self._db.tx(write=False) as cur:
+            for i in range(0, len(ids), 500):
+                part = ids[i : i + 500]
+                marks = ", ".join("?" * len(part))
+                for user_id, document in self._db.exec(
+                    cur, f"SELECT user_id, preferences FROM user_profile WHERE user_id IN ({marks})", part
+                ).fetchall():
+                    documents[user_id] = document
+                for r in self._db.exec(
+                    cur,
+                    f"SELECT user_id, {_CONTACT_COLUMNS} FROM user_contact WHERE user_id IN ({marks}){only}",
+                    (*part, *([channel.value] if channel is not None else [])),
+                ).fetchall():
+                    contact = SealedContact(Channel(r[1]), int(r[2]), r[3], r[4], bool(r[5]), bool(r[6]), r[7])
+                    sealed.setdefault(r[0], []).append((contact, int(r[8])))
+        out: dict[str, ProfileRead | ProfileError] = {}
+        for user_id in ids:
+            document = documents.get(user_id)
+            if document is None:
+                out[user_id] = NO_PROFILE
+                continue
+            rows = sorted(sealed.get(user_id, []), key=lambda item: (item[0].channel.value, item[0].position))
+            try:
+                out[user_id] = self._read(document, rows)
+            except ProfileError as exc:
+                out[user_id] = exc
+        return out
+
+    def _read(self, document: str, sealed: list[tuple[SealedContact, int]]) -> ProfileRead:
+        plain: dict[str, str] = {}
+
+        def decrypt(token: str) -> str:  # each contact decrypted once for both uses
+            if token not in plain:
+                plain[token] = self._cipher.decrypt(token)
+            return plain[token]
+
+        contacts = open_contacts([row for row, _ in sealed], self._cipher, decrypt)
         try:
             preferences: Preferences | None = Preferences.model_validate(json.loads(document), context=STORED)
         except ValueError:  # pydantic's ValidationError is one: a document this code cannot read
             preferences = None
-        return ProfileRead(preferences, contacts, self._registered(sealed))
+        return ProfileRead(preferences, contacts, self._registered(sealed, decrypt))
 
     def get(self, user_id: str) -> Profile | None:
         """The whole profile, or None; raises ProfileError when it cannot be read."""
@@ -134,35 +187,27 @@ class ProfileStore:
 
     # -- writes -----------------------------------------------------------------------------------
 
-    def _write(
+    def _sealed_rows(
         self,
-        cur: Any,
         user_id: str,
         profile: Profile,
         old: list[tuple[SealedContact, int]],
         now_ms: int,
         registered_again: Iterable[tuple[Channel, str]] = (),
-    ) -> None:
+    ) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
+        """The profile's row and its contacts' rows, sealed; a contact it already held keeps when
+        it was registered (unless registered again now)."""
         kept = self._registered(old)
         again = set(registered_again)
         document = json.dumps(preferences_document(profile), sort_keys=True)
-        self._db.exec(
-            cur,
-            "INSERT INTO user_profile (user_id, preferences, updated_ms) VALUES (?, ?, ?)"
-            " ON CONFLICT (user_id) DO UPDATE SET preferences = excluded.preferences,"
-            " updated_ms = excluded.updated_ms",
-            (user_id, document, now_ms),
-        )
-        self._db.exec(cur, "DELETE FROM user_contact WHERE user_id = ?", (user_id,))
         by_position = {(c.channel, c.position): c for c in seal_contacts(profile.contacts, self._cipher)}
+        contacts = []
         for channel in Channel:
             for position, contact in enumerate(profile.contacts.of(channel)):
                 row = by_position[(channel, position)]
                 key = (channel, contact.address)
                 at = now_ms if key in again or key not in kept else kept[key]
-                self._db.exec(
-                    cur,
-                    f"INSERT INTO user_contact (user_id, {_CONTACT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                contacts.append(
                     (
                         user_id,
                         channel.value,
@@ -173,21 +218,84 @@ class ProfileStore:
                         int(row.active),
                         row.platform,
                         at,
-                    ),
+                    )
                 )
+        return (user_id, document, now_ms), contacts
+
+    def _store(self, cur: Any, profiles: list[tuple[Any, ...]], contacts: list[tuple[Any, ...]]) -> None:
+        """Replace the profiles' rows and all of their contacts: a few statements, however many."""
+        cur.executemany(
+            self._db.sql(
+                "INSERT INTO user_profile (user_id, preferences, updated_ms) VALUES (?, ?, ?)"
+                " ON CONFLICT (user_id) DO UPDATE SET preferences = excluded.preferences,"
+                " updated_ms = excluded.updated_ms"
+            ),
+            profiles,
+        )
+        users = [p[0] for p in profiles]
+        marks = ", ".join("?" * len(users))
+        self._db.exec(cur, f"DELETE FROM user_contact WHERE user_id IN ({marks})", users)
+        if contacts:
+            cur.executemany(
+                self._db.sql(
+                    f"INSERT INTO user_contact (user_id, {_CONTACT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                ),
+                contacts,
+            )
+
+    def _write(
+        self,
+        cur: Any,
+        user_id: str,
+        profile: Profile,
+        old: list[tuple[SealedContact, int]],
+        now_ms: int,
+        registered_again: Iterable[tuple[Channel, str]] = (),
+    ) -> None:
+        row, contacts = self._sealed_rows(user_id, profile, old, now_ms, registered_again)
+        self._store(cur, [row], contacts)
 
     def put(self, user_id: str, profile: Profile) -> None:
         """Replace the user's profile (validated: a ``Profile``)."""
         self.put_many([(user_id, profile)])
 
     def put_many(self, profiles: Iterable[tuple[str, Profile]]) -> None:
-        """Replace several profiles in one transaction (an import)."""
+        """Replace several profiles in one transaction (an import), in groups of up to
+        ``PUT_GROUP`` users: each group's rows locked and read in one statement each and written in
+        a few, so a batch costs a few round trips, not several per profile. A user given again
+        starts a new group: the profiles are applied in order, as one put after another."""
         with self._db.tx() as cur:
+            group: dict[str, Profile] = {}
             for user_id, profile in profiles:
                 if not user_id:
                     raise ProfileError(["user_id: must not be empty"])
-                _, old = self._rows(cur, user_id)
-                self._write(cur, user_id, profile, old, self._clock_ms())
+                if user_id in group or len(group) >= PUT_GROUP:
+                    self._put_group(cur, group)
+                    group = {}
+                group[user_id] = profile
+            self._put_group(cur, group)
+
+    def _put_group(self, cur: Any, group: dict[str, Profile]) -> None:
+        if not group:
+            return
+        users = list(group)
+        marks = ", ".join("?" * len(users))
+        if self._db.for_update:  # PostgreSQL: the rows another writer must wait for (SQLite holds its write lock)
+            self._db.exec(cur, f"SELECT user_id FROM user_profile WHERE user_id IN ({marks}) FOR UPDATE", users)
+        old: dict[str, list[tuple[SealedContact, int]]] = {}
+        for r in self._db.exec(
+            cur, f"SELECT user_id, {_CONTACT_COLUMNS} FROM user_contact WHERE user_id IN ({marks})", users
+        ).fetchall():
+            sealed = SealedContact(Channel(r[1]), int(r[2]), r[3], r[4], bool(r[5]), bool(r[6]), r[7])
+            old.setdefault(r[0], []).append((sealed, int(r[8])))
+        now = self._clock_ms()
+        profiles: list[tuple[Any, ...]] = []
+        contacts: list[tuple[Any, ...]] = []
+        for user_id, profile in group.items():
+            row, rows = self._sealed_rows(user_id, profile, old.get(user_id, []), now)
+            profiles.append(row)
+            contacts += rows
+        self._store(cur, profiles, contacts)
 
     def _update(
         self, user_id: str, change: Callable[[Profile], Profile], registered_again: Iterable[tuple[Channel, str]] = ()
@@ -270,6 +378,9 @@ class ProfileStore:
 class ProfileCache:
     """A worker's view of the profiles: each user's read kept for ``ttl_ms``."""
 
+    #: the most users kept (the oldest go first past it)
+    max_entries = 100_000
+
     def __init__(self, store: ProfileStore, ttl_ms: int, clock: Callable[[], float] = time.monotonic) -> None:
         self._store = store
         self._ttl_s = ttl_ms / 1000
@@ -289,7 +400,36 @@ class ProfileCache:
                 return hit[1]
         found = self._store.read(user_id)
         with self._lock:
-            if len(self._entries) > 10_000:
+            if len(self._entries) > self.max_entries:
                 self._entries = {k: v for k, v in self._entries.items() if v[0] > now}
             self._entries[user_id] = (now + self._ttl_s, found)
         return found
+
+    def read_many(
+        self, user_ids: Iterable[str], channel: Channel | None = None
+    ) -> dict[str, ProfileRead | ProfileError]:
+        """``read`` for many users: those not cached read in one transaction (``read_many``);
+        a user whose profile cannot be read maps to the ProfileError, and is not cached."""
+        now = self._clock()
+        out: dict[str, ProfileRead | ProfileError] = {}
+        missing: list[str] = []
+        with self._lock:
+            for user_id in user_ids:
+                hit = self._entries.get(user_id)
+                if hit is not None and hit[0] > now:
+                    out[user_id] = hit[1]
+                else:
+                    missing.append(user_id)
+        if not missing:
+            return out
+        found = self._store.read_many(missing, channel)
+        with self._lock:
+            if len(self._entries) > self.max_entries:
+                self._entries = {k: v for k, v in self._entries.items() if v[0] > now}
+                while len(self._entries) > self.max_entries:
+                    self._entries.pop(next(iter(self._entries)))
+            for user_id, read in found.items():
+                if isinstance(read, ProfileRead):
+                    self._entries[user_id] = (now + self._ttl_s, read)
+        out.update(found)
+        return out

@@ -3,6 +3,7 @@ messages to produce, and readers of what the workers wrote (read_committed, deco
 
 from __future__ import annotations
 
+import asyncio
 import re
 import shutil
 import time
@@ -20,6 +21,7 @@ from operators.records import Channel
 from ops import kafka_io
 from senders.profiles.crypto import ContactCipher, generate_key
 from senders.profiles.model import Profile, parse_profile
+from senders.providers import Provider, Receipt
 from senders.rules.options import RuleOptions
 from senders.runtime.pool import ensure_topics, open_profile_store
 from senders.runtime.ruling import RulesContext
@@ -88,6 +90,19 @@ def rules_for_tests(root: Path, retention_ms: int = 10**12, **options: Any) -> R
 
 def profiles_for_tests(store: StatusStore, ttl_ms: int = 0) -> ProfileCache:
     return ProfileCache(ProfileStore(store.db, CIPHER), ttl_ms)
+
+
+def send_now(provider: Provider, **kwargs: Any) -> Receipt:
+    """``provider.send(**kwargs)`` on an event loop of its own, the provider's connections closed
+    after it (a test's one call)."""
+
+    async def go() -> Receipt:
+        try:
+            return await provider.send(**kwargs)
+        finally:
+            await provider.aclose()
+
+    return asyncio.run(go())
 
 
 def sample_message(channel: Channel) -> Rendered:
@@ -221,6 +236,13 @@ def read_records(
         for msg in kafka_io.read_committed({"bootstrap.servers": bootstrap}, topics, idle_timeout_s=idle_s)
         if msg.value is not None
     ]
+
+
+def count_status(store: StatusStore, status: str) -> int:
+    """How many rows have this status (one query: cheap enough to poll while thousands are sent)."""
+    with store.db.tx(write=False) as cur:
+        found = store.db.exec(cur, "SELECT COUNT(*) FROM delivery_status WHERE status = ?", (status,)).fetchone()
+    return int(found[0])
 
 
 def wait_until(

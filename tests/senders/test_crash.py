@@ -4,21 +4,18 @@ SQLite store is refused, saying why."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pydantic import SecretStr
 
 from operators.records import Channel
 from senders.runtime.pool import open_status_store
 from senders.statuses import DeliveryStatus
-from settings import REPO_ROOT, Settings
+from settings import Settings
 from tests.senders.conftest import (
     SettingsFactory,
     channel_message,
@@ -27,6 +24,7 @@ from tests.senders.conftest import (
     wait_until,
 )
 from tests.senders.fake_http import FakeHttpProvider
+from tests.senders.processes import start_sender
 
 pytestmark = pytest.mark.integration
 
@@ -38,43 +36,8 @@ def http_provider() -> Iterator[FakeHttpProvider]:
     server.stop()
 
 
-def _env(cfg: Settings) -> dict[str, str]:
-    """The configuration as DEDUP_* variables, for a worker process."""
-    env = dict(os.environ)
-    env["DEDUP_KAFKA_BOOTSTRAP_SERVERS"] = cfg.kafka.bootstrap_servers
-    env["DEDUP_KAFKA_PARTITIONS"] = str(cfg.kafka.partitions)
-    env["DEDUP_TOPICS_EMAIL"] = cfg.topics.email
-    env["DEDUP_TOPICS_EMAIL_PRIORITY"] = cfg.topics.email_priority
-    for name, value in vars(cfg.senders).items():
-        if value is not None:
-            text = value.get_secret_value() if isinstance(value, SecretStr) else str(value)
-            env[f"DEDUP_SENDERS_{name.upper()}"] = text
-    return env
-
-
 def _start(cfg: Settings, log: Path, **senders: str) -> subprocess.Popen[bytes]:
-    env = _env(cfg)
-    env.update({f"DEDUP_SENDERS_{k.upper()}": v for k, v in senders.items()})
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "dedupctl.cli",
-                "senders",
-                "run",
-                "--channel",
-                "email",
-                "--lane",
-                "normal",
-                "--max-seconds",
-                "120",
-            ],
-            cwd=REPO_ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    return start_sender(cfg, log, **senders)
 
 
 def test_a_worker_killed_mid_batch_loses_nothing_and_resends_nothing_recorded(
@@ -85,8 +48,11 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_resends_nothing_recorded(
     store_location: str,
 ) -> None:
     n = 300
+    # one call at a time: the window of a kill is that one call (tests/senders/test_in_flight.py
+    # kills a process with hundreds open)
     cfg = senders_settings(
-        partitions=2, users=n, email_primary=http_provider.url, batch_size=50, status_store=store_location
+        partitions=2, users=n, email_primary=http_provider.url, batch_size=50, status_store=store_location,
+        max_in_flight=1,
     )
     produce_messages(
         kafka_bootstrap, cfg.topics.email, [channel_message(i, channel=Channel.EMAIL) for i in range(n)]
@@ -206,7 +172,8 @@ def test_two_processes_on_one_postgresql_store_never_send_a_message_twice(
     n = 600
     http_provider.delay_s = 0.02  # ~12 s of sending: the second process joins well before the end
     cfg = senders_settings(
-        partitions=4, users=n, email_primary=http_provider.url, batch_size=20, status_store=postgres_dsn
+        partitions=4, users=n, email_primary=http_provider.url, batch_size=20, status_store=postgres_dsn,
+        max_in_flight=1,
     )
     produce_messages(
         kafka_bootstrap, cfg.topics.email, [channel_message(i, channel=Channel.EMAIL) for i in range(n)]

@@ -25,7 +25,7 @@ from senders.runtime.metrics import Metrics
 from senders.runtime.pool import build_pool
 from senders.statuses import AttemptOutcome, Lane
 from settings import Settings
-from tests.senders.conftest import channel_message, sample_message
+from tests.senders.conftest import channel_message, sample_message, send_now
 
 
 class TricklingHttp:
@@ -70,7 +70,7 @@ def trickling() -> Iterator[TricklingHttp]:
 
 
 def _send(provider: HttpProvider | SmtpProvider, to: str = "+1", channel: Channel = Channel.SMS) -> Any:
-    return provider.send(to=to, message_key="k:sms", message=sample_message(channel))
+    return send_now(provider, to=to, message_key="k:sms", message=sample_message(channel))
 
 
 def test_an_http_send_ends_at_its_deadline_though_every_read_is_quick(trickling: TricklingHttp) -> None:
@@ -150,8 +150,8 @@ def test_no_call_starts_when_the_rate_limit_wait_would_outlast_the_lease() -> No
     )
     raw = codec.encode("channel_message", channel_message(1))
     d = from_channel_record(raw, key=None, lane=Lane.NORMAL, source_topic="sms")
-    assert dispatcher.send(d, "+1", sample_message(Channel.SMS), budget_s=0.5).outcome is AttemptOutcome.SENT
-    result = dispatcher.send(d, "+1", sample_message(Channel.SMS), budget_s=0.5)  # the next token is 1 s away
+    assert asyncio.run(dispatcher.send(d, "+1", sample_message(Channel.SMS), budget_s=0.5)).outcome is AttemptOutcome.SENT
+    result = asyncio.run(dispatcher.send(d, "+1", sample_message(Channel.SMS), budget_s=0.5))  # the next token is 1 s away
     assert result.outcome is AttemptOutcome.TRANSIENT and "rate limit" in result.reason
     assert len(fake.received()) == 1
-    assert dispatcher.send(d, "+1", sample_message(Channel.SMS), budget_s=5.0).outcome is AttemptOutcome.SENT  # it waits when it may
+    assert asyncio.run(dispatcher.send(d, "+1", sample_message(Channel.SMS), budget_s=5.0)).outcome is AttemptOutcome.SENT  # it waits when it may

@@ -156,3 +156,22 @@ def test_dedupctl_senders_status_json_shows_the_rule_and_its_time(
     }
     assert dedupctl(["--config", str(config), "senders", "status", "k:push:1"]) == 0
     assert "deferred: quiet_hours until 1970-01-01T02:00:00.000Z" in capsys.readouterr().out
+
+
+def test_put_many_in_groups_keeps_registrations_and_applies_a_user_given_twice_in_order(store: StatusStore) -> None:
+    clock = iter(range(1_000, 10**9, 1_000))
+    profiles = ProfileStore(store.db, ContactCipher([KEYS[0]], [KEYS[1]]), clock_ms=lambda: next(clock))
+    sms = {"contacts": {"sms": ["+15550001234"]}}
+    profiles.put("u-1", parse_profile(sms))
+    first = profiles.read("u-1").registered_ms[(Channel.SMS, "+15550001234")]
+    # 1,200 users in one call (groups of PUT_GROUP), u-1 among them with the same address: kept
+    batch = [(f"v-{i}", parse_profile({"contacts": {"email": [f"v{i}@example.com"]}})) for i in range(1_200)]
+    profiles.put_many([*batch[:700], ("u-1", parse_profile({**sms, "locale": "bn"})), *batch[700:]])
+    assert profiles.read("u-1").registered_ms[(Channel.SMS, "+15550001234")] == first
+    assert profiles.get("u-1") == parse_profile({**sms, "locale": "bn"})
+    assert all(profiles.get(u) == p for u, p in batch[::97]) and profiles.get("v-1199") == batch[-1][1]
+    assert profiles.users_with(Channel.EMAIL, "v1199@example.com") == ["v-1199"]
+    # the same user twice in one batch: dropped, then given again, as one put after another would
+    profiles.put_many([("u-1", parse_profile({})), ("u-2", parse_profile({})), ("u-1", parse_profile(sms))])
+    again = profiles.read("u-1").registered_ms[(Channel.SMS, "+15550001234")]
+    assert again > first and profiles.get("u-1") == parse_profile(sms)

@@ -20,7 +20,7 @@ from senders.templates.catalog import load_catalog
 from senders.templates.options import TemplateOptions
 from senders.templates.render import Rendered, render
 from settings import REPO_ROOT
-from tests.senders.conftest import sample_message
+from tests.senders.conftest import sample_message, send_now
 from tests.senders.fake_http import FakeHttpProvider
 
 
@@ -54,9 +54,7 @@ def server() -> Iterator[FakeHttpProvider]:
 
 
 def _send(provider: HttpProvider | SmtpProvider, to: str, key: str = "dk1:sms") -> Any:
-    return provider.send(
-        to=to, message_key=key, message=sample_message(Channel.SMS)
-    )
+    return send_now(provider, to=to, message_key=key, message=sample_message(Channel.SMS))
 
 
 def test_2xx_is_sent_with_the_message_key_as_idempotency_key(server: FakeHttpProvider) -> None:
@@ -168,7 +166,7 @@ def _rendered(template: str, channel: Channel, params: dict[str, str], locale: s
 def test_smtp_sends_the_rendered_message_as_text_and_html_parts(smtp_server: tuple[_Handler, int]) -> None:
     handler, port = smtp_server
     message = _rendered("order_shipped", Channel.EMAIL, {"order": "<1001> & co"})
-    receipt = _smtp(port).send(to="ann@example.com", message_key="dk2:email", message=message)
+    receipt = send_now(_smtp(port), to="ann@example.com", message_key="dk2:email", message=message)
     [(rcpts, content)] = handler.messages
     assert rcpts == ["ann@example.com"]
     msg = message_from_bytes(content, policy=email.policy.default)
@@ -186,7 +184,7 @@ def test_smtp_sends_the_rendered_message_as_text_and_html_parts(smtp_server: tup
 def test_http_posts_the_rendered_push_message_in_the_users_locale(server: FakeHttpProvider) -> None:
     provider = HttpProvider(name="push-a", url=server.url, timeout_s=0.5)
     message = _rendered("payment_update", Channel.PUSH, {"amount": "12.50"}, locale="bn")
-    provider.send(to="tok-1", message_key="dk9:push", message=message)
+    send_now(provider, to="tok-1", message_key="dk9:push", message=message)
     [request] = server.requests
     assert request.body == {
         "message_key": "dk9:push",
@@ -205,7 +203,7 @@ def test_smtp_unknown_recipient_is_permanent_and_blames_the_address(
 ) -> None:
     _, port = smtp_server
     with pytest.raises(ProviderPermanentError) as err:
-        _smtp(port).send(to="nobody@example.com", message_key="dk3:email", message=sample_message(Channel.EMAIL))
+        send_now(_smtp(port), to="nobody@example.com", message_key="dk3:email", message=sample_message(Channel.EMAIL))
     assert err.value.deactivate_address and err.value.status_code == 550
     assert err.value.reason == "SMTP 550 5.1.1"  # not the server's text: it names the address
 
@@ -213,12 +211,14 @@ def test_smtp_unknown_recipient_is_permanent_and_blames_the_address(
 def test_smtp_4xx_and_connection_failures_are_transient(smtp_server: tuple[_Handler, int]) -> None:
     _, port = smtp_server
     with pytest.raises(ProviderRetryableError) as err:
-        _smtp(port).send(
+        send_now(
+            _smtp(port),
             to="greylisted@example.com", message_key="dk4:email", message=sample_message(Channel.EMAIL)
         )
     assert err.value.status_code == 451
     with pytest.raises(ProviderRetryableError, match="connection failed"):
-        _smtp(_closed_port()).send(
+        send_now(
+            _smtp(_closed_port()),
             to="ann@example.com", message_key="dk5:email", message=sample_message(Channel.EMAIL)
         )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 
@@ -27,6 +28,7 @@ from tests.senders.conftest import (
     produce_messages,
     read_records,
     sample_message,
+    send_now,
     wait_until,
 )
 from tests.senders.fake_http import FakeHttpProvider
@@ -56,7 +58,7 @@ class _Raises(FakeProvider):
         super().__init__(name="odd")
         self.retry_after_s = retry_after_s
 
-    def _try_send(self, **kwargs: object) -> str | None:
+    async def _try_send(self, **kwargs: object) -> str | None:
         raise ProviderRetryableError(self.name, "HTTP 503", status_code=503, retry_after_s=self.retry_after_s)
 
 
@@ -72,7 +74,7 @@ def test_a_nonsense_hint_from_any_provider_is_treated_as_absent(hint: float) -> 
     )
     raw = codec.encode("channel_message", channel_message(1))
     delivery = from_channel_record(raw, key=None, lane=NORMAL, source_topic="sms")
-    result = dispatcher.send(delivery, "+1", sample_message(SMS))
+    result = asyncio.run(dispatcher.send(delivery, "+1", sample_message(SMS)))
     assert (result.outcome, result.retry_after_ms) == (AttemptOutcome.TRANSIENT, None)
 
 
@@ -84,7 +86,7 @@ def test_http_retry_after_values(http: FakeHttpProvider, header: str, expected: 
     http.replies["+1"] = (503, {"Retry-After": header})
     provider = HttpProvider(name="sms-a", url=http.url, timeout_s=1.0)
     with pytest.raises(ProviderRetryableError) as err:
-        provider.send(to="+1", message_key="k:sms", message=sample_message(SMS))
+        send_now(provider, to="+1", message_key="k:sms", message=sample_message(SMS))
     assert err.value.retry_after_s == expected
 
 
@@ -94,7 +96,7 @@ def test_an_http_date_retry_after_is_honoured(http: FakeHttpProvider) -> None:
     http.replies["+1"] = (429, {"Retry-After": formatdate(time.time() + 30, usegmt=True)})
     provider = HttpProvider(name="sms-a", url=http.url, timeout_s=1.0)
     with pytest.raises(ProviderRetryableError) as err:
-        provider.send(to="+1", message_key="k:sms", message=sample_message(SMS))
+        send_now(provider, to="+1", message_key="k:sms", message=sample_message(SMS))
     assert err.value.retry_after_s is not None and 28 <= err.value.retry_after_s <= 31
 
 

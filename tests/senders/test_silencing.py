@@ -26,6 +26,7 @@ from tests.senders.conftest import (
     produce_messages,
     read_records,
     sample_message,
+    send_now,
     wait_until,
 )
 from tests.senders.fake_http import FakeHttpProvider
@@ -43,7 +44,7 @@ def http() -> Iterator[FakeHttpProvider]:
 def _reject(provider: HttpProvider | SmtpProvider, to: str) -> ProviderPermanentError:
     with pytest.raises(ProviderPermanentError) as err:
         channel = EMAIL if isinstance(provider, SmtpProvider) else SMS
-        provider.send(to=to, message_key="k:sms", message=sample_message(channel))
+        send_now(provider, to=to, message_key="k:sms", message=sample_message(channel))
     return err.value
 
 

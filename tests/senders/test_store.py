@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
 import threading
 from pathlib import Path
 
@@ -16,10 +18,11 @@ from senders.policy.transitions import OutcomePlan
 from senders.policy.verdict import RuleVerdict
 from senders.profiles.model import parse_profile
 from senders.providers import FakeProvider
+from senders.records import from_channel_record
 from senders.rules.limits import LimitClaim
 from senders.rules.reasons import Reason
 from senders.runtime.dispatch import Dispatcher
-from senders.runtime.handler import DeliveryHandler, HandlerTopics
+from senders.runtime.handler import DeliveryHandler, Handled, HandlerTopics, SendJob
 from senders.runtime.metrics import Metrics
 from senders.statuses import ClaimAction, DeadLetterReason, DeliveryStatus, Lane
 from senders.store.status import StatusStore, open_store
@@ -168,20 +171,20 @@ def test_a_transient_failure_becomes_a_retry_record_then_a_dead_letter(store: St
     now = [NOW]
     h = _handler(store, fake, now, tmp_path)
     raw = codec.encode("channel_message", channel_message(1))
-    first = h.handle(topic="sms", partition=0, offset=0, key=b"user-1", value=raw)
+    first = asyncio.run(h.handle(topic="sms", partition=0, offset=0, key=b"user-1", value=raw))
     topics = [o.topic for o in first.outputs]
     assert topics == ["status", "status", "sms.retry.1s"]
     retry = codec.decode("delayed_delivery", first.outputs[2].value)
     assert (retry["attempt"], retry["not_before"], retry["payload"]) == (2, NOW + 1000, raw)
     store.mark_published(first.published)
-    early = h.handle(
+    early = asyncio.run(h.handle(
         topic="sms.retry.1s", partition=0, offset=0, key=b"user-1", value=first.outputs[2].value, delay_step_ms=1000
-    )
+    ))
     assert early.hold_until_ms == NOW + 1000 and not early.outputs
     now[0] = NOW + 1000
-    second = h.handle(
+    second = asyncio.run(h.handle(
         topic="sms.retry.1s", partition=0, offset=0, key=b"user-1", value=first.outputs[2].value, delay_step_ms=1000
-    )
+    ))
     letter = codec.decode("dead_letter", second.outputs[-1].value)
     assert (letter["reason_kind"], letter["attempts"], letter["payload"]) == ("max_attempts", 2, raw)
     assert len(fake.received()) == 2
@@ -191,9 +194,9 @@ def test_an_aborted_batch_is_republished_not_resent(store: StatusStore, tmp_path
     fake = FakeProvider()
     h = _handler(store, fake, [NOW], tmp_path)
     raw = codec.encode("channel_message", channel_message(2, user="user-2"))
-    first = h.handle(topic="sms", partition=0, offset=0, key=None, value=raw)
+    first = asyncio.run(h.handle(topic="sms", partition=0, offset=0, key=None, value=raw))
     # the transaction that carried ``first.outputs`` aborted: the record comes again
-    again = h.handle(topic="sms", partition=0, offset=0, key=None, value=raw)
+    again = asyncio.run(h.handle(topic="sms", partition=0, offset=0, key=None, value=raw))
     assert len(fake.received()) == 1
     sent = [codec.decode("delivery_status", o.value)["status"] for o in again.outputs]
     assert sent == ["sent"] and again.published == first.published
@@ -205,15 +208,42 @@ def test_an_aborted_batch_is_republished_not_resent(store: StatusStore, tmp_path
 def test_undecodable_records_are_dead_lettered_addressless_ones_skipped(store: StatusStore, tmp_path: Path) -> None:
     fake = FakeProvider()
     h = _handler(store, fake, [NOW], tmp_path)
-    bad = h.handle(topic="sms", partition=1, offset=7, key=b"x", value=b"\x00garbage")
+    bad = asyncio.run(h.handle(topic="sms", partition=1, offset=7, key=b"x", value=b"\x00garbage"))
     assert codec.decode("dead_letter", bad.outputs[0].value)["reason_kind"] == "undecodable"
     nobody = codec.encode("channel_message", channel_message(3, user="user-unknown"))
-    out = h.handle(topic="sms", partition=0, offset=0, key=None, value=nobody)
+    out = asyncio.run(h.handle(topic="sms", partition=0, offset=0, key=None, value=nobody))
     [status] = [codec.decode("delivery_status", o.value) for o in out.outputs]
     assert (status["status"], status["reason"], status["template"]) == ("skipped", "no_address", "tmpl")
     row = store.get("k3:sms")
     assert row is not None and (row.status, row.reason, row.user_id) == (DeliveryStatus.SKIPPED, "no_address", "user-unknown")
     assert fake.received() == []
+
+
+def test_two_marketing_messages_of_one_user_in_one_claim_batch_let_exactly_one_through(
+    store: StatusStore, tmp_path: Path
+) -> None:
+    """One claim transaction for both: the daily limit (1) still admits exactly one, and its
+    counter holds that one's unit."""
+    h = _handler(store, FakeProvider(), [NOW], tmp_path)
+    sale = {"template": "eid_sale", "params": {"pct": "20"}}
+    first, second = (
+        from_channel_record(
+            codec.encode("channel_message", {**channel_message(n, user="user-1", **sale), "category": "marketing"}),
+            key=b"user-1",
+            lane=NORMAL,
+            source_topic="sms",
+        )
+        for n in (1, 2)
+    )
+    admitted, refused = h.claim_batch([first, second])
+    assert isinstance(admitted, SendJob) and admitted.can_send
+    assert isinstance(refused, Handled)
+    [status] = [codec.decode("delivery_status", o.value) for o in refused.outputs]
+    assert (status["message_key"], status["status"], status["reason"]) == ("k2:sms", "rejected", "marketing_limit")
+    rows = {r.message_key: (r.status, r.reason) for r in store.rows()}
+    assert rows == {"k1:sms": (DeliveryStatus.SENDING, None), "k2:sms": (DeliveryStatus.REJECTED, "marketing_limit")}
+    day = dt.datetime.fromtimestamp(NOW / 1000, dt.UTC).date().isoformat()
+    assert store.limit_units(f"marketing:user-1:{day}") == ["n-1"]
 
 
 # -- retention -------------------------------------------------------------------------------------
@@ -250,12 +280,12 @@ def test_a_pruned_key_replayed_is_rejected_as_expired_not_sent_again(store: Stat
     h = _handler(store, fake, now, tmp_path)
     h.rules = rules_for_tests(tmp_path, retention_ms=3_600_000)
     raw = codec.encode("channel_message", channel_message(1, user="user-1"))
-    first = h.handle(topic="sms", partition=0, offset=0, key=None, value=raw)
+    first = asyncio.run(h.handle(topic="sms", partition=0, offset=0, key=None, value=raw))
     store.mark_published(first.published)
     assert len(fake.received()) == 1
     now[0] = NOW + 2 * 3_600_000
     assert store.prune(now[0], 3_600_000) == 1 and store.get("k1:sms") is None
-    replay = h.handle(topic="sms", partition=0, offset=0, key=None, value=raw)
+    replay = asyncio.run(h.handle(topic="sms", partition=0, offset=0, key=None, value=raw))
     [status] = [codec.decode("delivery_status", o.value) for o in replay.outputs]
     assert (status["status"], status["reason"]) == ("rejected", "expired")
     assert len(fake.received()) == 1
@@ -274,18 +304,18 @@ def test_a_deferral_waits_in_the_delay_topic_and_a_replay_before_its_time_waits_
     raw = codec.encode(
         "channel_message", {**channel_message(9, user="u-q", template="eid_sale", params={"pct": "20"}), "category": "marketing"}
     )
-    first = h.handle(topic="sms", partition=0, offset=0, key=b"u-q", value=raw)
+    first = asyncio.run(h.handle(topic="sms", partition=0, offset=0, key=b"u-q", value=raw))
     status, delay = first.outputs
     s = codec.decode("delivery_status", status.value)
     assert (s["status"], s["reason"], s["not_before"], s["template"], s["locale"]) == ("deferred", "quiet_hours", ten, "eid_sale", "en")
     wait = codec.decode("delayed_delivery", delay.value)
     assert (delay.topic, wait["attempt"], wait["not_before"], wait["payload"]) == ("sms.retry.1s", 1, ten, raw)
     store.mark_published(first.published)
-    replayed = h.handle(topic="sms", partition=0, offset=0, key=b"u-q", value=raw)  # before its time
+    replayed = asyncio.run(h.handle(topic="sms", partition=0, offset=0, key=b"u-q", value=raw))  # before its time
     assert [o.topic for o in replayed.outputs] == ["sms.retry.1s"] and not replayed.published
     assert codec.decode("delayed_delivery", replayed.outputs[0].value)["not_before"] == ten
     now[0] = ten
-    due = h.handle(topic="sms.retry.1s", partition=0, offset=0, key=b"u-q", value=delay.value, delay_step_ms=1000)
+    due = asyncio.run(h.handle(topic="sms.retry.1s", partition=0, offset=0, key=b"u-q", value=delay.value, delay_step_ms=1000))
     assert [codec.decode("delivery_status", o.value)["status"] for o in due.outputs] == ["sending", "sent"]
     [call] = fake.received()
     assert call.message is not None and call.message.fields()["text"] == "Eid sale: 20% off. Reply STOP to opt out."

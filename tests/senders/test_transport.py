@@ -23,7 +23,7 @@ from senders.providers import HttpProvider, SmtpProvider, provider_label
 from senders.runtime.metrics import Metrics
 from senders.runtime.pool import build_dispatchers
 from settings import Settings
-from tests.senders.conftest import sample_message
+from tests.senders.conftest import sample_message, send_now
 from tests.senders.fake_http import FakeHttpProvider
 from tests.senders.tls import Pki, make_pki
 
@@ -34,7 +34,7 @@ def pki(tmp_path: Path) -> Pki:
 
 
 def _send(provider: HttpProvider | SmtpProvider, to: str = "+15550100", channel: Channel = Channel.SMS) -> Any:
-    return provider.send(to=to, message_key="k1:sms", message=sample_message(channel))
+    return send_now(provider, to=to, message_key="k1:sms", message=sample_message(channel))
 
 
 # -- HTTP ------------------------------------------------------------------------------------------
@@ -64,12 +64,13 @@ class _Elsewhere:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/collect"
 
 
+@pytest.mark.parametrize("http2", [False, True], ids=["http1", "httpx"])
 @pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
-def test_a_redirect_is_not_followed_and_is_no_success(status: int) -> None:
+def test_a_redirect_is_not_followed_and_is_no_success(status: int, http2: bool) -> None:
     elsewhere = _Elsewhere()
     server = FakeHttpProvider(replies={"+15550100": (status, {"Location": elsewhere.url})}).start()
     try:
-        provider = HttpProvider(name="sms-a", url=server.url, timeout_s=1.0, token=SecretStr("t0ken"))
+        provider = HttpProvider(name="sms-a", url=server.url, timeout_s=1.0, token=SecretStr("t0ken"), http2=http2)
         with pytest.raises(ProviderPermanentError) as err:
             _send(provider)
         assert err.value.status_code == status and not err.value.deactivate_address
@@ -79,14 +80,15 @@ def test_a_redirect_is_not_followed_and_is_no_success(status: int) -> None:
         elsewhere.server.shutdown()
 
 
-def test_tls_is_verified_against_the_configured_ca(pki: Pki, tmp_path: Path) -> None:
+@pytest.mark.parametrize("http2", [False, True], ids=["http1", "httpx"])
+def test_tls_is_verified_against_the_configured_ca(pki: Pki, tmp_path: Path, http2: bool) -> None:
     server = FakeHttpProvider(tls=pki.server_context()).start()
     try:
-        trusted = HttpProvider(name="sms-a", url=server.url, timeout_s=2.0, ca_file=str(pki.ca_file))
+        trusted = HttpProvider(name="sms-a", url=server.url, timeout_s=2.0, ca_file=str(pki.ca_file), http2=http2)
         assert _send(trusted).reference == "msg-1"
         stranger = make_pki(tmp_path / "other", name="other")
         for ca in (None, str(stranger.ca_file)):  # the system's CAs, or another CA: not this server
-            untrusting = HttpProvider(name="sms-a", url=server.url, timeout_s=2.0, ca_file=ca)
+            untrusting = HttpProvider(name="sms-a", url=server.url, timeout_s=2.0, ca_file=ca, http2=http2)
             with pytest.raises(ProviderRetryableError, match="TLS"):
                 _send(untrusting)
         assert len(server.requests) == 1

@@ -1,0 +1,293 @@
+"""The status store's hot path in batches: the claims of many messages in one transaction (with
+their rules, the limit counters locked and counted), their outcomes in one, the addresses'
+deactivations read in one. The same transitions as ``StatusStore.claim`` / ``finish``, one
+message at a time, decide each; the batch only shares the transaction and the statements.
+
+Locks are taken in one order, status rows by message key, then limit counters by key: two
+processes claiming overlapping batches (a rebalance) wait for each other, never deadlock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from operators.records import Channel
+from senders.policy.transitions import ClaimDecision, OutcomePlan, check_transition, decide_claim
+from senders.policy.verdict import RuleVerdict
+from senders.rules.limits import CounterState, LimitClaim
+from senders.statuses import ClaimAction, DeliveryStatus, Lane
+from senders.store.db import Database
+from senders.store.status import _COLUMNS, Rules, StatusRow, address_hash
+
+#: rows per multi-row statement (SQLite allows 32,766 parameters in one)
+CHUNK = 500
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """One message to claim: ``StatusStore.claim``'s arguments."""
+
+    message_key: str
+    notification_id: str
+    channel: Channel
+    lane: Lane
+    attempt: int
+    user_id: str | None = None
+    rules: Rules | None = None
+    limits: Sequence[LimitClaim] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FinishRequest:
+    """One outcome to record: ``StatusStore.finish``'s arguments."""
+
+    message_key: str
+    attempt: int
+    plan: OutcomePlan
+    provider: str | None
+    error: str | None
+    now_ms: int
+    deactivate: tuple[Channel, str] | None = None
+    provider_ref: str | None = None
+
+
+Claimed = tuple[ClaimDecision, StatusRow | None, RuleVerdict | None]
+
+
+@dataclass(slots=True)
+class _Units:
+    """The limit counters of a batch, locked: each counter's units, as the batch consumes them."""
+
+    units: dict[str, set[str]] = field(default_factory=dict)
+
+    def state(self, claim: LimitClaim) -> CounterState:
+        held = self.units.get(claim.key, set())
+        return CounterState(used=len(held), has_unit=claim.unit in held)
+
+
+def _chunks(items: Sequence[Any]) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(items), CHUNK):
+        yield items[i : i + CHUNK]
+
+
+def _marks(n: int, width: int) -> str:
+    row = "(" + ", ".join("?" * width) + ")"
+    return ", ".join([row] * n)
+
+
+def _lock_counters(db: Database, cur: Any, limits: Iterable[LimitClaim], now_ms: int) -> _Units:
+    """Every counter the batch consults, made if missing, locked (sorted), and its live units."""
+    expires: dict[str, int] = {}
+    for claim in limits:
+        expires[claim.key] = max(expires.get(claim.key, 0), claim.expires_at_ms)
+    keys = sorted(expires)
+    out = _Units({k: set() for k in keys})
+    for part in _chunks(keys):
+        db.exec(
+            cur,
+            f"INSERT INTO limit_counter (counter_key, expires_ms) VALUES {_marks(len(part), 2)}"
+            " ON CONFLICT (counter_key) DO NOTHING",
+            [v for k in part for v in (k, expires[k])],
+        )
+        marks = ", ".join("?" * len(part))
+        db.exec(
+            cur,
+            f"SELECT counter_key FROM limit_counter WHERE counter_key IN ({marks}) ORDER BY counter_key"
+            f"{db.for_update}",
+            part,
+        ).fetchall()
+        for key, unit in db.exec(
+            cur,
+            f"SELECT counter_key, unit FROM limit_unit WHERE counter_key IN ({marks}) AND expires_ms > ?",
+            (*part, now_ms),
+        ).fetchall():
+            out.units[key].add(unit)
+    return out
+
+
+def _rows(
+    db: Database, cur: Any, requests: Sequence[ClaimRequest], now_ms: int
+) -> tuple[dict[str, StatusRow], set[str]]:
+    """The requests' rows, made queued where missing, locked in key order; and the keys made."""
+    ordered = sorted(requests, key=lambda r: r.message_key)
+    inserted: set[str] = set()
+    rows: dict[str, StatusRow] = {}
+    for part in _chunks(ordered):
+        values = [
+            v
+            for r in part
+            for v in (
+                r.message_key, r.notification_id, r.channel.value, r.lane.value, DeliveryStatus.QUEUED.value,
+                now_ms, now_ms, r.user_id,
+            )
+        ]
+        made = db.exec(
+            cur,
+            "INSERT INTO delivery_status (message_key, notification_id, channel, lane, status, attempts,"
+            f" created_ms, updated_ms, user_id) VALUES {', '.join(['(?, ?, ?, ?, ?, 0, ?, ?, ?)'] * len(part))}"
+            " ON CONFLICT (message_key) DO NOTHING RETURNING message_key",
+            values,
+        ).fetchall()
+        inserted.update(r[0] for r in made)
+        marks = ", ".join("?" * len(part))
+        for found in db.exec(
+            cur,
+            f"SELECT {_COLUMNS} FROM delivery_status WHERE message_key IN ({marks}) ORDER BY message_key"
+            f"{db.for_update}",
+            [r.message_key for r in part],
+        ).fetchall():
+            row = StatusRow.from_db(found)
+            rows[row.message_key] = row
+    return rows, inserted
+
+
+def claim_many(
+    db: Database, requests: Sequence[ClaimRequest], *, now_ms: int, lease_ms: int, owner: str
+) -> list[Claimed]:
+    """``StatusStore.claim`` for each request, in one transaction; results in the requests' order.
+    Two requests of one key: the later one is decided after the earlier one's change."""
+    out: list[Claimed | None] = [None] * len(requests)
+    with db.tx() as cur:
+        pending = list(enumerate(requests))
+        while pending:  # rounds of distinct keys (one, but for a key twice in the batch)
+            now_round: list[tuple[int, ClaimRequest]] = []
+            later: list[tuple[int, ClaimRequest]] = []
+            keys: set[str] = set()
+            for item in pending:
+                (later if item[1].message_key in keys else now_round).append(item)
+                keys.add(item[1].message_key)
+            for i, claimed in _claim_round(db, cur, now_round, now_ms, lease_ms, owner):
+                out[i] = claimed
+            pending = later
+    return [c for c in out if c is not None]
+
+
+def _claim_round(
+    db: Database, cur: Any, items: list[tuple[int, ClaimRequest]], now_ms: int, lease_ms: int, owner: str
+) -> list[tuple[int, Claimed]]:
+    rows, inserted = _rows(db, cur, [r for _, r in items], now_ms)
+    decisions = {r.message_key: decide_claim(rows[r.message_key].state(), r.attempt, now_ms) for _, r in items}
+    to_rule = [r for _, r in items if decisions[r.message_key].action is ClaimAction.CLAIM]
+    units = _lock_counters(db, cur, (c for r in to_rule if r.rules is not None for c in r.limits), now_ms)
+    sending: list[tuple[Any, ...]] = []
+    ruled: list[tuple[Any, ...]] = []
+    consumed: list[tuple[str, str, int]] = []
+    results: list[tuple[int, Claimed]] = []
+    for i, r in items:
+        row, decision = rows[r.message_key], decisions[r.message_key]
+        if decision.action is not ClaimAction.CLAIM:
+            results.append((i, (decision, row, None)))
+            continue
+        counts = {c.key: units.state(c) for c in r.limits}
+        verdict = RuleVerdict() if r.rules is None else r.rules(counts, r.message_key in inserted)
+        ref = verdict.template
+        template = (ref.name, ref.version, ref.locale) if ref else (None, None, None)
+        if verdict.send:
+            check_transition(row.status, DeliveryStatus.SENDING)
+            for c in verdict.consume:
+                units.units.setdefault(c.key, set()).add(c.unit)
+                consumed.append((c.key, c.unit, c.expires_at_ms))
+            sending.append(
+                (DeliveryStatus.SENDING.value, r.attempt, now_ms + lease_ms, owner, now_ms, *template, r.message_key)
+            )
+        else:
+            assert verdict.status is not None
+            check_transition(row.status, verdict.status)
+            ruled.append(
+                (verdict.status.value, r.attempt, owner, now_ms, verdict.reason, verdict.not_before_ms, *template,
+                 r.message_key)
+            )
+        results.append((i, (decision, row, verdict)))
+    if consumed:
+        cur.executemany(
+            db.sql(
+                "INSERT INTO limit_unit (counter_key, unit, expires_ms) VALUES (?, ?, ?)"
+                " ON CONFLICT (counter_key, unit) DO NOTHING"
+            ),
+            consumed,
+        )
+    if sending:
+        cur.executemany(
+            db.sql(
+                "UPDATE delivery_status SET status = ?, attempts = ?, lease_until_ms = ?, owner = ?,"
+                " unpublished = 0, updated_ms = ?, reason = NULL, not_before_ms = NULL,"
+                " template = ?, template_version = ?, locale = ? WHERE message_key = ?"
+            ),
+            sending,
+        )
+    if ruled:
+        cur.executemany(
+            db.sql(
+                "UPDATE delivery_status SET status = ?, attempts = ?, lease_until_ms = 0, owner = ?,"
+                " unpublished = 1, updated_ms = ?, reason = ?, not_before_ms = ?, retry_at_ms = NULL,"
+                " template = ?, template_version = ?, locale = ? WHERE message_key = ?"
+            ),
+            ruled,
+        )
+    return results
+
+
+def finish_many(db: Database, requests: Sequence[FinishRequest], *, owner: str) -> list[bool]:
+    """``StatusStore.finish`` for each request, in one transaction: True where this owner still
+    held the claim (the outcome is recorded), False where the claim was lost."""
+    for r in requests:
+        check_transition(DeliveryStatus.SENDING, r.plan.status)
+    with db.tx() as cur:
+        done = db.exec_each(
+            cur,
+            "UPDATE delivery_status SET status = ?, provider = ?, last_error = ?, dead_letter = ?,"
+            " retry_at_ms = ?, lease_until_ms = 0, unpublished = 1, updated_ms = ?, provider_ref = ?"
+            " WHERE message_key = ? AND status = ? AND attempts = ? AND owner = ? RETURNING message_key",
+            [
+                (
+                    r.plan.status.value,
+                    r.provider,
+                    r.error,
+                    r.plan.dead_letter.value if r.plan.dead_letter else None,
+                    r.plan.retry_at_ms,
+                    r.now_ms,
+                    r.provider_ref,
+                    r.message_key,
+                    DeliveryStatus.SENDING.value,
+                    r.attempt,
+                    owner,
+                )
+                for r in requests
+            ],
+        )
+        recorded = [bool(rows) for rows in done]
+        deactivations = [
+            (r.deactivate[0].value, address_hash(*r.deactivate), (r.error or "")[:200], r.now_ms)
+            for r, ok in zip(requests, recorded, strict=True)
+            if ok and r.deactivate is not None
+        ]
+        if deactivations:
+            cur.executemany(
+                db.sql(
+                    "INSERT INTO inactive_address (channel, address_hash, reason, since_ms) VALUES (?, ?, ?, ?)"
+                    " ON CONFLICT (channel, address_hash) DO NOTHING"
+                ),
+                deactivations,
+            )
+    return recorded
+
+
+def inactive_since_many(db: Database, channel: Channel, addresses: Iterable[str]) -> dict[str, int]:
+    """Of these addresses, those a provider deactivated: address -> since (ms)."""
+    by_hash = {address_hash(channel, a): a for a in addresses}
+    out: dict[str, int] = {}
+    if not by_hash:
+        return out
+    hashes = sorted(by_hash)
+    with db.tx(write=False) as cur:
+        for part in _chunks(hashes):
+            marks = ", ".join("?" * len(part))
+            for digest, since in db.exec(
+                cur,
+                f"SELECT address_hash, since_ms FROM inactive_address WHERE channel = ? AND address_hash IN ({marks})",
+                (channel.value, *part),
+            ).fetchall():
+                out[by_hash[digest]] = int(since)
+    return out
