@@ -5,7 +5,8 @@ README show it as ``markdown_table()`` renders it (a test compares them).
 Every ``/v1`` route is in the table, with exactly one scope; the app refuses to start otherwise
 (``check_routes``). Routes outside ``/v1`` are not in it: ``/healthz``, ``/readyz``,
 ``/openapi.json`` and ``/support`` (the page's shell: its data comes from ``/v1/support/...``)
-answer anyone; ``/webhooks/{provider}`` is authenticated by the provider's signature.
+answer anyone, and so does ``/outbox`` (the outbox's page: its data comes from ``/v1/outbox``);
+``/webhooks/{provider}`` is authenticated by the provider's signature.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ class Scope(StrEnum):
     PROFILES_WRITE = "profiles:write"  # preferences, contacts (and their verified flag), devices
     PROFILES_ERASE = "profiles:erase"
     STATUS_READ = "status:read"  # the caller's own notifications only
-    SUPPORT_READ = "support:read"  # every caller's notifications and campaigns (the support page)
+    SUPPORT_READ = "support:read"  # every caller's notifications and campaigns (the support page), the outbox
     CAMPAIGNS = "campaigns"  # create, read, pause and resume the caller's own campaigns
 
 
@@ -35,7 +36,7 @@ MEANING: Mapping[Scope, str] = {
     Scope.PROFILES_ERASE: "erase a user and everything stored of them",
     Scope.STATUS_READ: "what became of the caller's own notifications",
     Scope.SUPPORT_READ: "every caller's notifications and campaigns (the support page); pause and resume"
-    " any campaign",
+    " any campaign; the outbox's messages, addresses and bodies (where the outbox is in use)",
     Scope.CAMPAIGNS: "create, read, pause and resume the caller's own campaigns (marketing templates)",
 }
 
@@ -61,6 +62,7 @@ ROUTE_SCOPES: Mapping[tuple[str, str], Scope] = {
     ("GET", "/v1/support/campaigns/{campaign_id}"): Scope.SUPPORT_READ,
     ("POST", "/v1/support/campaigns/{campaign_id}/pause"): Scope.SUPPORT_READ,
     ("POST", "/v1/support/campaigns/{campaign_id}/resume"): Scope.SUPPORT_READ,
+    ("GET", "/v1/outbox"): Scope.SUPPORT_READ,  # addresses and bodies of every caller's messages
 }
 
 

@@ -45,11 +45,12 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from bench import report, stats
+from bench import checkpoints, report, stats
+from bench.checkpoints import epoch_ms
 from bench.dataset import Dataset, DatasetSpec, build, load
 from bench.feeds import DatasetFeed, Feed, IndexFeed
 from bench.measure import ProcSampler, git_info, machine_info, percentile, sustained_rate
-from bench.systems import ALL, QUICK, Context, System, delete_topics, ensure_redis_server, make
+from bench.systems import ALL, QUICK, Context, FlinkSystem, System, delete_topics, ensure_redis_server, make
 from bench.watch import CommitClock, LiveProducer, Watcher, produce_live
 from harness.local_kafka import LocalBroker
 from harness.ports import free_port
@@ -213,7 +214,8 @@ def run_system(system: System, ctx: Context, feed: Feed, args: argparse.Namespac
     clock = CommitClock(ctx.bootstrap, system.output_topics)
     mark(sampler, run, "start")
     live_count = 0
-    producer: LiveProducer | None = None
+    phases: list[tuple[dict[str, Any], LiveProducer, int]] = []
+    cp_log: checkpoints.CheckpointLog | None = None
     t_launch = time.monotonic()
     try:
         clock.start()
@@ -223,6 +225,9 @@ def run_system(system: System, ctx: Context, feed: Feed, args: argparse.Namespac
         system.wait_ready(timeout_s=240)
         t_ready = time.monotonic()
         mark(sampler, run, "ready")
+        if isinstance(system, FlinkSystem):
+            cp_log = checkpoints.CheckpointLog(system.checkpoint_history, interval_s=args.checkpoint_poll_s)
+            cp_log.start()
         r["startup_s"] = round(t_ready - t_launch, 2)
         idle_s = max(10.0, 4 * ctx.checkpoint_ms / 1000 + 2)
         outcome = watcher.wait_for(feed.outputs(n), args.backlog_timeout_s, system.alive, idle_s)
@@ -284,24 +289,37 @@ def run_system(system: System, ctx: Context, feed: Feed, args: argparse.Namespac
                 r["run_notes"] = [*r["run_notes"], f"backlog output became visible in {rate['bursts']} burst(s) "
                               "over too short a time to give a sustained rate: use a larger --backlog"]
             base_rate = rate["rate"] or n / max(0.5, t_done - (first or t_launch))
-            target = min(args.max_live_rate, args.live_fraction * base_rate)
-            live_count = min(args.live_pool, max(1, int(target * args.live_s)))
-            say(f"{run}: backlog done {t_done - t_launch:.1f} s after launch "
-                f"(sustained {_fmt(rate['rate'])} req/s); "
-                f"latency phase: {live_count:,} requests at {target:,.0f}/s")
-            watcher.live()
-            producer = LiveProducer(ctx.bootstrap, system.input_topic, list(feed.records(n, n + live_count)),
-                                    target, prime_topic=ctx.prime_topic)
-            sampler.watch("harness", producer.pid, recursive=False)
-            produce_live(producer, watcher, args.live_s * 3 + 60)
-            live_outcome = watcher.wait_for(feed.outputs(n + live_count), args.live_s + 60, system.alive,
-                                            idle_s)
-            r["latency"] = {"target_rps": target, "achieved_rps": producer.achieved, "requests": live_count,
-                            "outcome": live_outcome, "producer_errors": producer.errors[:3]}
-            if live_outcome not in ("complete", "idle"):
-                r["status"] = f"latency phase: {live_outcome}"
-            elif live_outcome == "idle":
-                r["status"] = "output differs"
+            targets = args.live_rates or [min(args.max_live_rate, args.live_fraction * base_rate)]
+            say(f"{run}: backlog done {t_done - t_launch:.1f} s after launch (sustained {_fmt(rate['rate'])} req/s)")
+            for k, target in enumerate(targets):
+                count = min(args.live_pool - live_count, max(1, int(target * args.live_s)))
+                if count <= 0:
+                    break
+                say(f"{run}: latency phase {k + 1} of {len(targets)}: {count:,} requests at {target:,.0f}/s")
+                start = n + live_count
+                if k == 0:
+                    watcher.live()
+                producer = LiveProducer(ctx.bootstrap, system.input_topic, list(feed.records(start, start + count)),
+                                        target, prime_topic=ctx.prime_topic)
+                sampler.watch("harness", producer.pid, recursive=False)
+                mark(sampler, run, f"live{k}:start")
+                t_phase = time.monotonic()
+                produce_live(producer, watcher, args.live_s * 3 + 60)
+                live_count += count
+                live_outcome = watcher.wait_for(feed.outputs(n + live_count), args.live_s + 60, system.alive,
+                                                idle_s)
+                mark(sampler, run, f"live{k}:end")
+                phase = {"target_rps": target, "achieved_rps": producer.achieved, "requests": count,
+                         "outcome": live_outcome, "producer_errors": producer.errors[:3],
+                         "window_s": round(time.monotonic() - t_phase, 2), "loadavg_at_end": os.getloadavg(),
+                         "epoch_ms": (epoch_ms(t_phase), epoch_ms(time.monotonic()))}
+                phases.append((phase, producer, start))
+                if live_outcome not in ("complete", "idle"):
+                    r["status"] = f"latency phase: {live_outcome}"
+                    break
+                if live_outcome == "idle":
+                    r["status"] = "output differs"
+                    break
         settled = time.monotonic() + ctx.checkpoint_ms / 1000 + 1.5  # anything extra is visible by then
         r["system_metrics"] = system.metrics(n + live_count)
         time.sleep(max(0.0, settled - time.monotonic()))
@@ -313,15 +331,31 @@ def run_system(system: System, ctx: Context, feed: Feed, args: argparse.Namespac
         say(f"{run}: ERROR {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
     finally:
         clock.stop()
+        if cp_log is not None:
+            cp_log.stop()
         system.stop()
         sampler.unwatch(run)
         watcher.stop()
     if watcher.error and r["status"] == "ok":
         r["status"], r["error"] = "watcher failed", watcher.error
-    if "latency" in r and producer is not None:
-        lat = latencies(producer.times, watcher.first_seen, feed, n)
-        r["latency"].update(seen=len(lat), p50_ms=percentile(lat, 50), p99_ms=percentile(lat, 99),
-                            max_ms=lat[-1] if lat else None)
+    for k, (phase, producer, start) in enumerate(phases):
+        lat = latencies(producer.times, watcher.first_seen, feed, start)
+        cpu = _sum(sampler.cpu_between(run, f"live{k}:start", f"live{k}:end"))
+        phase.update(seen=len(lat), p50_ms=percentile(lat, 50), p99_ms=percentile(lat, 99),
+                     max_ms=lat[-1] if lat else None, cpu_s=cpu,
+                     cpu_cores=cpu / phase["window_s"] if phase["window_s"] else None,
+                     cpu_us_per_request=cpu / phase["requests"] * 1e6 if phase["requests"] else None,
+                     checkpoints=checkpoints.summarize(cp_log, *phase.pop("epoch_ms")))
+    if phases:
+        r["latency"] = phases[0][0]
+        r["latency_phases"] = [phase for phase, _, _ in phases]
+    if cp_log is not None:
+        counted_window = r.get("counted")
+        if counted_window:
+            r["backlog_checkpoints"] = checkpoints.summarize(
+                cp_log, epoch_ms(counted_window["t0"]), epoch_ms(counted_window["t1"]))
+        r["checkpoints_seen"] = {"completed": len(cp_log.completed()), "failed": len(cp_log.failed()),
+                                 "poll_errors": cp_log.errors}
     after = system.after_stop()
     r["after_stop"] = after
     counted = r.get("counted")
@@ -406,6 +440,13 @@ def _fmt(v: float | None) -> str:
     return "n/a" if v is None else f"{v:,.0f}"
 
 
+def _rates(text: str) -> list[float]:
+    rates = [float(part) for part in text.split(",") if part.strip()]
+    if not rates or min(rates) <= 0:
+        raise argparse.ArgumentTypeError("give one or more positive rates, comma-separated")
+    return rates
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.run", description="notify-dedup against its peers, side by side")
     p.add_argument("--quick", action="store_true", help="smaller backlogs, short phases, fewer repeats")
@@ -420,6 +461,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    "(the latency floor is measured at it)")
     p.add_argument("--live-fraction", type=float, default=0.8,
                    help="latency phase rate as a fraction of the system's sustained rate")
+    p.add_argument("--live-rates", type=_rates, metavar="R1,R2,...",
+                   help="latency phases at these fixed produce rates, one after another (instead of one "
+                        "at --live-fraction of the sustained rate): each with its latency, CPU and checkpoints")
+    p.add_argument("--checkpoint-poll-s", type=float, default=0.2,
+                   help="how often the Flink systems' checkpoint history is read (REST keeps the last 10)")
     p.add_argument("--backlog-timeout-s", type=float)
     p.add_argument("--checkpoint-ms", type=int, default=2000,
                    help="checkpoint interval of the Flink systems and Quix's commit interval")
@@ -442,7 +488,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for name, value in MODES[args.mode].items():
         if getattr(args, name, None) is None:
             setattr(args, name, value)
-    args.live_pool = int(math.ceil(args.max_live_rate * args.live_s))
+    if args.live_rates:
+        args.max_live_rate = max(args.max_live_rate, *args.live_rates)
+        args.live_pool = sum(int(math.ceil(rate * args.live_s)) for rate in args.live_rates)
+    else:
+        args.live_pool = int(math.ceil(args.max_live_rate * args.live_s))
     args.broker_idle_cpu_per_s = None  # measured by the warm-up
     return args
 
@@ -478,7 +528,8 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(shlex.quote(a) for a in
                             [Path(sys.executable).name, "-m", "bench.run", *(argv or sys.argv[1:])]),
         "machine": machine_info(), "git": git_info(REPO_ROOT), "checkpoint_ms": args.checkpoint_ms,
-        "live_s": args.live_s, "max_live_rate": args.max_live_rate, "live_fraction": args.live_fraction,
+        "live_s": args.live_s,
+        "live_rates": args.live_rates, "max_live_rate": args.max_live_rate, "live_fraction": args.live_fraction,
         "repeats": args.repeats, "order": [f"{k}#{r}" for r, k in order],
         "ceiling_backlog": args.ceiling_backlog if "ceiling" in keys else None,
         "runs": [], "systems": [],

@@ -201,6 +201,12 @@ class FlinkSystem(System):
             time.sleep(0.3)
         raise TimeoutError(f"{self.key}: no running job after {timeout_s:.0f} s")
 
+    def checkpoint_history(self) -> list[dict[str, Any]]:
+        """The REST API's recent checkpoints (``history``; bench.checkpoints keeps them all)."""
+        if not self.job_id:
+            return []
+        return list(self.rest.call("GET", f"/jobs/{self.job_id}/checkpoints").get("history") or [])
+
     def checkpoint_stats(self) -> dict[str, Any]:
         if not self.job_id:
             return {}

@@ -183,6 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="broker, job and scenario end to end")
     p.add_argument("--keep", action="store_true", help="keep the demo's files")
     p.set_defaults(func=cmd_demo)
+    from dedupctl.slo_cmd import register as register_slo
+    register_slo(sub)
     from dedupctl.senders_cmd import register as register_senders
     register_senders(sub)
     from dedupctl.templates_cmd import register as register_templates

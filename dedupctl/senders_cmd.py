@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from types import FrameType
 from typing import Any
 
@@ -16,6 +17,8 @@ from operators.errors import ConfigError
 from operators.records import Channel
 from ops.status_view import fmt_time
 from senders.errors import InstanceInUseError
+from senders.providers import OutboxProvider
+from senders.runtime.dispatch import Dispatcher
 from senders.runtime.pool import build_pool, ensure_topics, open_profile_store, open_status_store
 from senders.statuses import DeadLetterReason, DeliveryStatus, Lane
 from senders.store.status import StatusRow
@@ -45,12 +48,14 @@ def cmd_senders_run(cfg: Settings, args: argparse.Namespace) -> int:
             sum(v == "exists" for v in created.values()),
         )
     pool = build_pool(cfg, channels=channels, lanes=lanes, workers_per_lane=args.workers)
+    _log_providers(pool.dispatchers)
     stop = pool.stop_event
     server = None
-    if args.metrics_port is not None:
+    port = args.metrics_port if args.metrics_port is not None else (cfg.senders.metrics_port or None)
+    if port is not None:
         from senders.runtime.metrics import serve_metrics
 
-        server = serve_metrics(pool.metrics, args.metrics_port)
+        server = serve_metrics(pool.metrics, port)
         logger.info("sender metrics on http://127.0.0.1:%d/metrics", server.server_address[1])
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -92,6 +97,24 @@ def cmd_senders_run(cfg: Settings, args: argparse.Namespace) -> int:
     if pool.errors:
         logger.info("%d worker failure(s) were ridden out (restarted)", len(pool.errors))
     return 0
+
+
+def _log_providers(dispatchers: Mapping[Channel, Dispatcher]) -> None:
+    """Once per channel: the protocol and name of its providers, as a warning where one is the
+    outbox (nothing is delivered; a production configuration names a real provider)."""
+    for channel, d in dispatchers.items():
+        used = f"primary {d.primary.describe()}" + (f", secondary {d.secondary.describe()}" if d.secondary else "")
+        outboxes = [(role, p) for role, p in (("primary", d.primary), ("secondary", d.secondary))
+                    if isinstance(p, OutboxProvider)]
+        if not outboxes:
+            logger.info("%s: %s", channel, used)
+            continue
+        role, outbox = outboxes[0]
+        logger.warning(
+            "%s: %s: writes its messages to the outbox in %s, delivers none"
+            " (senders.%s_%s is outbox; a production configuration names a real provider)",
+            channel, used, outbox.root / channel.value, channel, role,
+        )
 
 
 def _log_metrics(snapshot: dict[str, float]) -> None:
@@ -219,7 +242,8 @@ def register(subparsers: Any) -> None:
     selection(q)
     q.add_argument("--workers", type=int, default=1, help="workers per channel and lane in this process")
     q.add_argument("--max-seconds", type=float, help="stop after this long")
-    q.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT/metrics")
+    q.add_argument("--metrics-port", type=int,
+                   help="serve Prometheus metrics on 127.0.0.1:PORT/metrics (default: senders.metrics_port)")
     q.add_argument("--no-create-topics", action="store_true", help="do not create the senders' topics first")
     q.set_defaults(func=cmd_senders_run)
 

@@ -11,8 +11,8 @@ import threading
 import time
 import uuid
 import zoneinfo
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -23,6 +23,7 @@ from ops import kafka_io
 from senders.profiles.crypto import generate_key
 from senders.profiles.model import parse_profile
 from senders.providers import FakeProvider
+from senders.runtime.dispatch import Dispatcher
 from senders.runtime.handler import AttemptEvent
 from senders.runtime.pool import (
     ALL_CHANNELS,
@@ -79,12 +80,29 @@ def local_time(ms: int, zone: str) -> str:
 
 @dataclass
 class Story:
-    """What the demo ran: the night zone, the channel messages by key and the providers."""
+    """What the demo ran: the night zone, the channel messages by key, the providers and, per
+    channel, the protocols it used (``protocol_lines``)."""
 
     zone: str
     messages: dict[str, tuple[str, str, str]]  # message key -> (notification id, user id, channel)
     providers: dict[Channel, tuple[FakeProvider, None]]
     rows: dict[str, StatusRow]
+    protocols: list[str] = field(default_factory=list)
+
+
+def protocol_lines(dispatchers: Mapping[Channel, Dispatcher]) -> list[str]:
+    """Per channel, the protocol and name of each provider its dispatcher was built with, and the
+    calls it took (the provider's own ``provider_calls_total``)."""
+    lines = []
+    for channel, d in dispatchers.items():
+        used = []
+        for role, provider in (("primary", d.primary), ("secondary", d.secondary)):
+            if provider is not None:
+                calls = int(provider.metrics.value(
+                    "provider_calls_total", provider=provider.name, channel=channel.value))
+                used.append(f"{role} {provider.describe()}, {calls} call{'' if calls == 1 else 's'}")
+        lines.append(f"  {channel.value:<5} " + "; ".join(used))
+    return lines
 
 
 def _describe(e: AttemptEvent, story: Story) -> str:
@@ -155,6 +173,7 @@ def run_story(cfg: Settings, say: Callable[[str], None], timeout_s: float = 60.0
         pool.stop()
         store.close()
     story.rows = {k: rows[k] for k in messages}
+    story.protocols = protocol_lines(pool.dispatchers)
     return story
 
 
@@ -187,9 +206,12 @@ def run_senders_demo(cfg: Settings, say: Callable[[str], None], timeout_s: float
             for m in kafka_io.read_committed(cfg.kafka.client_config(), [cfg.senders.dlq_topic], idle_timeout_s=1.0)
             if m.value is not None
         ]
-        calls = {c.value: len(p.received()) for c, (p, _) in story.providers.items()}
+        say("")
+        say("The protocol each channel used (the providers its dispatcher was built with):")
+        for line in story.protocols:
+            say(line)
         say(
-            f"Provider calls: {calls}; dead letters in {cfg.senders.dlq_topic}:"
+            f"Dead letters in {cfg.senders.dlq_topic}:"
             f" {[(story.messages[d['message_key']][0], d['reason_kind']) for d in letters]}"
         )
         say("u-amina's campaign waits in the delay topics and is checked again at 08:00 her time.")

@@ -104,18 +104,27 @@ def rocksdb_metric(state: str, prop: str) -> str:
 
 # -- the sender workers ---------------------------------------------------------------------------
 
+#: the senders' SLIs (senders/runtime/slis.py): each provider answer's outcome (channel, lane,
+#: provider, outcome), the time from accept to the provider taking a message (a histogram:
+#: channel, lane, category) and a message's price (channel, provider)
+SENDER_DELIVERIES = "sender_deliveries_total"
+SENDER_ACCEPT_TO_PROVIDER = "sender_accept_to_provider_seconds"
+SENDER_COST = "sender_cost_units_total"
+SENDER_SENDS = "sender_sends_total"
+SENDER_DEAD_LETTERS = "sender_dead_letters_total"
+
 #: what the senders' registry (senders/runtime/metrics.py, ``dedupctl senders run --metrics-port``)
 #: exports, as Prometheus names; channel and lane label them all but the process's own
-#: (``sender_loop_lag_seconds``) (docs/senders.md). The senders' code still spells them out:
-#: tests/senders/test_metric_names.py holds it to this list
+#: (``sender_loop_lag_seconds``) and the cost (channel and provider) (docs/senders.md). The
+#: senders' code still spells them out: tests/senders/test_metric_names.py holds it to this list
 SENDER_METRICS = (
-    "sender_sends_total", "sender_retries_total", "sender_dead_letters_total", "sender_skipped_total",
+    SENDER_SENDS, "sender_retries_total", SENDER_DEAD_LETTERS, "sender_skipped_total",
     "sender_lost_claims_total", "sender_addresses_deactivated_total", "sender_consumer_lag",
     "sender_oldest_waiting_age_seconds", "sender_circuit_state", "sender_circuit_changes_total",
     "provider_calls_total", "provider_call_ms_sum", "sender_provider_rejecting", "sender_retries_moved_total",
     "sender_addresses_reactivated_total", "sender_worker_up", "sender_worker_restarts_total",
     "sender_rule_outcomes_total", "sender_store_pruned_total", "sender_store_transactions_total",
-    "sender_calls_in_flight", "sender_loop_lag_seconds",
+    "sender_calls_in_flight", "sender_loop_lag_seconds", SENDER_DELIVERIES, SENDER_ACCEPT_TO_PROVIDER, SENDER_COST,
 )
 
 

@@ -45,6 +45,7 @@ class Delivery:
     last_error: str = ""
     params: Mapping[str, str] = field(default_factory=dict, repr=False)  # codes: never in repr or logs
     event_time_ms: int = 0  # the accepted request's: it chooses the template version
+    category: str = "transactional"  # the request's (transactional, marketing): labels the SLIs
 
 
 def from_channel_record(
@@ -74,6 +75,7 @@ def from_channel_record(
         not_before_ms=not_before_ms,
         last_error=last_error,
         event_time_ms=int(msg["event_time"]),
+        category=str(msg["category"]),
     )
 
 

@@ -163,7 +163,13 @@ def mini_cluster(cfg: Settings, python: str | None = sys.executable) -> Conf:
         conf = {k: v for k, v in conf.items() if not k.startswith("python.")}
     else:
         conf |= python_executables(python)
-    return conf | local_rest(cfg.flink.rest_port) | {"taskmanager.numberOfTaskSlots": max(1, cfg.flink.parallelism)}
+    return conf | local_rest(cfg.flink.rest_port) | {
+        "taskmanager.numberOfTaskSlots": max(1, cfg.flink.parallelism),
+        # the job's classloader closes with the job, while the Kafka clients' threads it started
+        # may still load a class on their way out: without the check that is harmless, with it
+        # an IllegalStateException ("Trying to access closed classloader") printed after the end
+        "classloader.check-leaked-classloader": False,
+    }
 
 
 def distribution_java_opts(flink_home: Path | None = None) -> str:

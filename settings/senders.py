@@ -6,11 +6,14 @@ in the docstring (its environment variable ``DEDUP_SENDERS_<FIELD>`` and its TOM
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from operators.errors import ConfigError
 from operators.records import Channel
 from senders.policy.breaker import BreakerOptions
 from senders.policy.bucket import RateLimit
+from senders.policy.outbox import OutboxLimits
+from senders.policy.prices import parse_prices
 from senders.policy.retry import RetryPolicy, format_step
 from senders.profiles.crypto import ContactKeyOptions
 from senders.rules.options import RuleOptions
@@ -24,8 +27,12 @@ class SendersSettings(Section):
     """The sender workers: retries, providers, rate limits, the status store, their topics.
 
     A provider is named by a string: an ``http://`` or ``https://`` URL (JSON POST), ``smtp``
-    (the ``smtp_*`` settings), or ``fake`` (the scripted fake: nothing leaves the process).
-    An empty primary means the channel has no provider and its workers refuse to start.
+    (the ``smtp_*`` settings), ``outbox`` (files under ``<data_dir>/outbox``, the ``outbox_*``
+    settings: nothing leaves the machine) or ``fake`` (the scripted fake: nothing leaves the
+    process). Every primary is ``outbox`` by default, so a local run delivers without an account
+    anywhere; a production configuration names a real provider for each channel it serves
+    (``senders run`` warns once per channel that writes to the outbox, and where). An empty
+    primary means the channel has no provider and its workers refuse to start.
 
     :param group_prefix: consumer groups are ``<prefix>.<channel>.<lane>``
     :param instance_id: names this process's transactional producers
@@ -96,16 +103,22 @@ class SendersSettings(Section):
         units, redrive bookkeeping) is kept this long after its last change, then pruned; 0: the
         longest dedup window (``dedup.max_window_sec``) plus the longest retry schedule
     :param prune_interval_ms: how often a process's first worker prunes the status store
-    :param push_primary: push provider
+    :param push_primary: push provider (default ``outbox``)
     :param push_secondary: push failover provider (empty: none)
-    :param sms_primary: SMS provider
+    :param sms_primary: SMS provider (default ``outbox``)
     :param sms_secondary: SMS failover provider
-    :param email_primary: email provider
+    :param email_primary: email provider (default ``outbox``)
     :param email_secondary: email failover provider
     :param push_rate_per_sec: rate limit of each push provider
     :param sms_rate_per_sec: rate limit of each SMS provider
     :param email_rate_per_sec: rate limit of each email provider
     :param rate_burst: token-bucket size of each provider
+    :param metrics_port: ``senders run`` serves its Prometheus metrics on 127.0.0.1:PORT/metrics
+        (0: not served; ``--metrics-port`` overrides it); ``dedupctl slo`` reads them there
+    :param provider_prices: a message's price per provider, ``label=PRICE;label=PRICE`` (the
+        label: a URL's host[:port], ``smtp``, ``fake``), in whatever unit the bills use;
+        a provider not named costs 0. Counted for every message a provider takes
+        (``sender_cost_units_total`` by channel and provider)
     :param http_timeout_ms: the deadline of one HTTP send, connect to last byte (a timeout is a
         transient failure); ``lease_ms`` must exceed it
     :param http_token: bearer token sent to HTTP providers (a secret)
@@ -134,6 +147,9 @@ class SendersSettings(Section):
     :param invalid_recipient_rules: per provider, rules in place of those two:
         ``LABEL=RULES;LABEL=RULES``, LABEL being the provider's name (a URL's host[:port], or
         ``smtp``), e.g. ``sms-a.example=400:21211,410``
+    :param outbox_max_messages: the ``outbox`` provider keeps this many messages per channel,
+        the oldest removed beyond it (0: no limit)
+    :param outbox_max_age_ms: and removes those older than this (0: no limit)
     :param breaker_window: the primary's recent outcomes the failure rate is taken over
     :param breaker_min_calls: outcomes needed before the circuit may open
     :param breaker_failure_rate: failure fraction that opens the circuit (moves to the secondary)
@@ -178,16 +194,18 @@ class SendersSettings(Section):
     preferences_retry_ms: int = 60_000
     status_retention_ms: int = 0
     prune_interval_ms: int = 600_000
-    push_primary: str = ""
+    push_primary: str = "outbox"
     push_secondary: str = ""
-    sms_primary: str = ""
+    sms_primary: str = "outbox"
     sms_secondary: str = ""
-    email_primary: str = ""
+    email_primary: str = "outbox"
     email_secondary: str = ""
     push_rate_per_sec: float = 500.0
     sms_rate_per_sec: float = 50.0
     email_rate_per_sec: float = 50.0
     rate_burst: int = 20
+    metrics_port: int = Field(default=0, ge=0, le=65_535)
+    provider_prices: str = ""
     http_timeout_ms: int = 5_000
     http_token: OptionalSecret = None
     http2: Flag = False
@@ -205,6 +223,8 @@ class SendersSettings(Section):
     http_invalid_recipient: str = "400:invalid_recipient,404:invalid_recipient,410"
     smtp_invalid_recipient: str = "5.1"
     invalid_recipient_rules: str = ""
+    outbox_max_messages: int = Field(default=1_000, ge=0)
+    outbox_max_age_ms: int = Field(default=7 * 24 * HOUR_MS, ge=0)
     breaker_window: int = 20
     breaker_min_calls: int = 5
     breaker_failure_rate: float = 0.5
@@ -246,6 +266,14 @@ class SendersSettings(Section):
             return self.status_retention_ms
         return max_window_sec * 1000 + self.retry_policy().schedule_ms() + self.max_attempts * self.lease_ms
 
+    def outbox_limits(self) -> OutboxLimits:
+        return OutboxLimits(max_messages=self.outbox_max_messages, max_age_ms=self.outbox_max_age_ms)
+
+    def uses_outbox(self) -> bool:
+        """Whether a channel's primary or secondary is the ``outbox`` provider (the API serves its
+        page only then)."""
+        return any(spec == "outbox" for channel in Channel for spec in self.providers(channel))
+
     def breaker_options(self) -> BreakerOptions:
         return BreakerOptions(
             window=self.breaker_window,
@@ -253,6 +281,18 @@ class SendersSettings(Section):
             failure_rate=self.breaker_failure_rate,
             open_ms=self.breaker_open_ms,
         )
+
+    @field_validator("provider_prices")
+    @classmethod
+    def _prices_parse(cls, value: str) -> str:
+        try:
+            parse_prices(value)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    def prices(self) -> dict[str, float]:
+        return dict(parse_prices(self.provider_prices))
 
     def rate_limit(self, channel: Channel) -> RateLimit:
         rate = float(getattr(self, f"{channel.value}_rate_per_sec"))

@@ -1,7 +1,8 @@
-"""Providers, chosen by configuration: an http(s) URL, ``smtp``, or ``fake``."""
+"""Providers, chosen by configuration: an http(s) URL, ``smtp``, ``outbox`` or ``fake``."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from operators.errors import ConfigError
@@ -9,6 +10,8 @@ from senders.policy.recipients import RecipientRules, rules_by_provider
 from senders.providers.base import Provider, Receipt
 from senders.providers.fake import Behaviour, FakeProvider, Received
 from senders.providers.http import HttpProvider
+from senders.providers.outbox import OutboxProvider
+from senders.providers.outbox_files import outbox_root
 from senders.providers.smtp import SmtpProvider
 from senders.runtime.metrics import Metrics
 from settings import SendersSettings
@@ -17,13 +20,19 @@ __all__ = [
     "Behaviour",
     "FakeProvider",
     "HttpProvider",
+    "OutboxProvider",
     "Provider",
     "Receipt",
     "Received",
     "SmtpProvider",
+    "PROVIDER_SPECS",
     "build_provider",
     "provider_label",
 ]
+
+
+#: what a provider setting may name (the message of a missing or unknown one says it)
+PROVIDER_SPECS = "an http(s):// URL, 'smtp', 'outbox' or 'fake'"
 
 
 def provider_label(spec: str) -> str:
@@ -43,13 +52,24 @@ def redacted(spec: str) -> str:
 
 
 def build_provider(
-    spec: str, *, name: str, settings: SendersSettings, metrics: Metrics, max_connections: int | None = None
+    spec: str,
+    *,
+    name: str,
+    settings: SendersSettings,
+    metrics: Metrics,
+    max_connections: int | None = None,
+    data_dir: Path | None = None,
 ) -> Provider:
     """``max_connections``: the calls that may be open at once (the workers that share the
-    provider times ``senders.max_in_flight``)."""
+    provider times ``senders.max_in_flight``); ``data_dir``: the settings' data directory (the
+    outbox is under it)."""
     own_rules = rules_by_provider(settings.invalid_recipient_rules).get(name)
     if spec == "fake" or spec.startswith("fake:"):
         return FakeProvider(name=name, metrics=metrics)
+    if spec == "outbox":
+        if data_dir is None:
+            raise ConfigError("the outbox provider needs the data directory (data_dir) it writes under")
+        return OutboxProvider(name=name, root=outbox_root(data_dir), limits=settings.outbox_limits(), metrics=metrics)
     if spec.startswith(("http://", "https://")):
         return HttpProvider(
             name=name,
@@ -78,4 +98,4 @@ def build_provider(
             metrics=metrics,
             pool_size=settings.smtp_pool_size,
         )
-    raise ConfigError(f"unknown provider {redacted(spec)!r}: expected an http(s):// URL, 'smtp' or 'fake'")
+    raise ConfigError(f"unknown provider {redacted(spec)!r}: expected {PROVIDER_SPECS}")

@@ -9,6 +9,7 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import ClassVar
 
 from senders.errors import ProviderError, ProviderPermanentError, ProviderRetryableError
 from senders.runtime.metrics import Metrics
@@ -38,6 +39,9 @@ class Provider(ABC):
     ``timeout_s`` (``asyncio.timeout``: connect, TLS, login and the reply all count), whatever
     the server does meanwhile."""
 
+    #: the protocol the provider speaks, set by each adapter (``http``, ``smtp``, ``outbox``, ...):
+    #: ``senders run`` logs it per channel and ``make demo`` prints it
+    protocol: ClassVar[str] = ""
     #: the longest one send may take (its one deadline, seconds); None: the call leaves no process
     timeout_s: float | None = None
     #: the setting that gives ``timeout_s`` (named when the lease is too short for it)
@@ -107,6 +111,11 @@ class Provider(ABC):
             extra={"message_key": message_key, "provider": self.name},
         )
         return Receipt(self.name, reference, elapsed)
+
+    def describe(self) -> str:
+        """``<protocol> (<name>)``, e.g. ``http (sms-a.example:443)``: how logs and the demo show a
+        provider (its name never holds a credential)."""
+        return f"{self.protocol} ({self.name})"
 
     async def aclose(self) -> None:  # noqa: B027 - most providers hold no connections
         """Close the provider's connections (the pool calls this when it stops)."""

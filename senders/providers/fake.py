@@ -46,6 +46,8 @@ class FakeProvider(Provider):
     ``peak_in_flight`` count the calls open at once.
     """
 
+    protocol = "fake"
+
     def __init__(
         self,
         *,

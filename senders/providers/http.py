@@ -143,6 +143,8 @@ class HttpProvider(Provider):
     set) and shown nowhere.
     """
 
+    protocol = "http"
+
     deadline_setting = "http_timeout_ms"
 
     def __init__(

@@ -69,6 +69,8 @@ class SmtpProvider(Provider):
     Up to ``pool_size`` sessions stay open and carry one message after another; a session that
     failed in any way is closed, never reused."""
 
+    protocol = "smtp"
+
     deadline_setting = "smtp_timeout_ms"
 
     def __init__(

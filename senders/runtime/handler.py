@@ -31,6 +31,7 @@ from senders.policy.transitions import AttemptResult, ClaimDecision, OutcomePlan
 from senders.policy.verdict import RuleVerdict
 from senders.profiles.model import Contacts, ProfileError
 from senders.records import Delivery, TemplateRef
+from senders.runtime import slis
 from senders.runtime.dispatch import Dispatcher
 from senders.runtime.metrics import Metrics
 from senders.runtime.ruling import RulesContext, Ruling
@@ -129,8 +130,10 @@ class DeliveryHandler:
         rand: Callable[[], float] = random.random,
         on_attempt: Callable[[AttemptEvent], None] | None = None,
         prune_interval_ms: int = 0,
+        prices: Mapping[str, float] | None = None,
     ) -> None:
-        """``prune_interval_ms``: prune the status store that often (0: this handler never does)."""
+        """``prune_interval_ms``: prune the status store that often (0: this handler never does);
+        ``prices``: a message's price per provider name (``senders.provider_prices``)."""
         self.channel = channel
         self.lane = lane
         self.store = store
@@ -148,6 +151,7 @@ class DeliveryHandler:
         self._labels: dict[str, Any] = {"channel": channel.value, "lane": lane.value}
         self._prune_interval_ms = prune_interval_ms
         self._next_prune_ms = 0
+        self._prices: Mapping[str, float] = prices or {}
 
     def decode(
         self,
@@ -440,6 +444,7 @@ class DeliveryHandler:
                 template=job.template,
             )
             self._count(d, plan, result, job.template)
+            slis.record_answer(self.metrics, d, self.lane, plan, result, answered_ms=now, prices=self._prices)
             out.append(Handled(outputs, [(d.message_key, d.attempt)]))
         return out
 

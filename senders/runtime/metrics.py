@@ -1,7 +1,9 @@
-"""An in-process metrics registry: counters and gauges with labels, a snapshot, Prometheus text."""
+"""An in-process metrics registry: counters, gauges and histograms with labels, a snapshot,
+Prometheus text."""
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,6 +24,32 @@ def _name(metric: str, labels: Labels) -> str:
 
 
 @dataclass
+class _Histogram:
+    """Cumulative on rendering: ``counts[i]`` holds the observations in bucket ``i`` alone (the
+    last one past every bound, ``+Inf``)."""
+
+    bounds: tuple[float, ...]
+    counts: list[int]
+    total: float = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def lines(self, metric: str, labels: Labels) -> list[str]:
+        out: list[str] = []
+        running = 0
+        for bound, n in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            running += n
+            # as prometheus_client writes it (5.0, 0.25), which Prometheus 3 normalises to anyway
+            le = "+Inf" if bound == float("inf") else repr(float(bound))
+            out.append(f"{_name(metric + '_bucket', (*labels, ('le', le)))} {running}")
+        out.append(f"{_name(metric + '_sum', labels)} {self.total:g}")
+        out.append(f"{_name(metric + '_count', labels)} {running}")
+        return out
+
+
+@dataclass
 class Metrics:
     """Thread-safe; one per process, shared by its workers and providers.
 
@@ -29,11 +57,13 @@ class Metrics:
     ``sender_dead_letters_total`` (reason), ``sender_skipped_total`` (reason),
     ``provider_calls_total`` and ``provider_call_ms_sum`` (provider, outcome).
     Gauges: ``sender_consumer_lag``, ``sender_oldest_waiting_age_seconds``,
-    ``sender_circuit_state`` (0 closed, 1 half-open, 2 open). Channel and lane label them all.
+    ``sender_circuit_state`` (0 closed, 1 half-open, 2 open). Histograms:
+    ``sender_accept_to_provider_seconds``. Channel and lane label them all.
     """
 
     _counters: dict[tuple[str, Labels], float] = field(default_factory=dict)
     _gauges: dict[tuple[str, Labels], float] = field(default_factory=dict)
+    _histograms: dict[tuple[str, Labels], _Histogram] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def inc(self, metric: str, amount: float = 1.0, **labels: object) -> None:
@@ -45,16 +75,34 @@ class Metrics:
         with self._lock:
             self._gauges[(metric, _labels(labels))] = value
 
+    def observe(self, metric: str, value: float, buckets: tuple[float, ...], **labels: object) -> None:
+        """One observation of a histogram whose upper bounds are ``buckets`` (ascending; the same
+        for every call of one metric)."""
+        key = (metric, _labels(labels))
+        with self._lock:
+            hist = self._histograms.get(key)
+            if hist is None:
+                hist = self._histograms[key] = _Histogram(buckets, [0] * (len(buckets) + 1))
+            hist.observe(value)
+
+    def _scalars(self) -> list[tuple[tuple[str, Labels], float]]:
+        """Counters and gauges, and each histogram as its ``_count`` and ``_sum``; under the lock."""
+        items = list(self._counters.items()) + list(self._gauges.items())
+        for (m, lab), h in self._histograms.items():
+            items += [((f"{m}_count", lab), float(sum(h.counts))), ((f"{m}_sum", lab), h.total)]
+        return items
+
     def value(self, metric: str, **labels: object) -> float:
-        """A counter's or gauge's value, summed over the labels not given."""
+        """A counter's or gauge's value (a histogram's: ``<name>_count``, ``<name>_sum``), summed
+        over the labels not given."""
         want = set(_labels(labels))
         with self._lock:
-            items = list(self._counters.items()) + list(self._gauges.items())
+            items = self._scalars()
         return sum(v for (m, lab), v in items if m == metric and want <= set(lab))
 
     def snapshot(self) -> dict[str, float]:
         with self._lock:
-            items = list(self._counters.items()) + list(self._gauges.items())
+            items = self._scalars()
         return {_name(m, lab): v for (m, lab), v in sorted(items)}
 
     def render_prometheus(self) -> str:
@@ -63,6 +111,7 @@ class Metrics:
         with self._lock:
             counters = sorted(self._counters.items())
             gauges = sorted(self._gauges.items())
+            histograms = [(key, h.lines(*key)) for key, h in sorted(self._histograms.items())]
         for kind, items in (("counter", counters), ("gauge", gauges)):
             seen: set[str] = set()
             for (metric, labels), value in items:
@@ -70,6 +119,12 @@ class Metrics:
                     seen.add(metric)
                     lines.append(f"# TYPE {metric} {kind}")
                 lines.append(f"{_name(metric, labels)} {value:g}")
+        seen = set()
+        for (metric, _), sample_lines in histograms:
+            if metric not in seen:
+                seen.add(metric)
+                lines.append(f"# TYPE {metric} histogram")
+            lines += sample_lines
         return "\n".join(lines) + "\n"
 
 

@@ -20,7 +20,7 @@ from senders.errors import InstanceInUseError
 from senders.policy.leases import check_lease
 from senders.policy.restarts import FenceWatch, RestartPolicy
 from senders.profiles.crypto import ContactCipher
-from senders.providers import Provider, build_provider, provider_label
+from senders.providers import PROVIDER_SPECS, Provider, build_provider, provider_label
 from senders.runtime.dispatch import Dispatcher
 from senders.runtime.handler import AttemptEvent, DeliveryHandler, HandlerTopics
 from senders.runtime.identity import ProcessIdentity
@@ -131,8 +131,7 @@ def build_dispatchers(
             if not primary_spec:
                 raise ConfigError(
                     f"no provider for {channel}: set senders.{channel.value}_primary"
-                    " (an http(s) URL, 'smtp' or"
-                    f" 'fake'), or leave the channel out with --channel"
+                    f" ({PROVIDER_SPECS}), or leave the channel out with --channel"
                 )
             primary = build_provider(
                 primary_spec,
@@ -140,6 +139,7 @@ def build_dispatchers(
                 settings=cfg.senders,
                 metrics=metrics,
                 max_connections=connections,
+                data_dir=cfg.data_path(),
             )
             secondary = None
             if secondary_spec:
@@ -150,6 +150,7 @@ def build_dispatchers(
                     settings=cfg.senders,
                     metrics=metrics,
                     max_connections=connections,
+                    data_dir=cfg.data_path(),
                 )
         out[channel] = Dispatcher(
             channel=channel,
@@ -368,6 +369,7 @@ def build_pool(
     clock = {"clock_ms": clock_ms} if clock_ms is not None else {}
     instance = s.instance_id or uuid.uuid4().hex[:12]
     policy = s.retry_policy()
+    prices = s.prices()
     topics = HandlerTopics(
         status=s.status_topic, dlq=s.dlq_topic, delay=lambda topic, step: s.delay_topics(topic)[step]
     )
@@ -394,6 +396,7 @@ def build_pool(
                     metrics=metrics,
                     on_attempt=on_attempt,
                     prune_interval_ms=s.prune_interval_ms if not workers else 0,  # the first worker prunes
+                    prices=prices,
                     **clock,
                 )
                 options = WorkerOptions(

@@ -197,10 +197,12 @@ def pipeline(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> 
     root = tmp_path_factory.mktemp("pipeline")
     fake = FakeHttpProvider().start()
     provider = fake.url.split("/")[2]
+    # push's primary is the outbox (never used: no user has a push address, the pool sends SMS only),
+    # so that the API serves GET /v1/outbox, from the pipeline's own data directory
     cfg = api_settings(
-        kafka_bootstrap, root, senders={"sms_primary": fake.url},
+        kafka_bootstrap, root, senders={"sms_primary": fake.url, "push_primary": "outbox"},
         api={"webhook_secrets": f"{provider}=whsec-test-3f9a"},
-    )
+    ).model_copy(update={"data_dir": str(root / "data")})
     register_users(cfg, PIPELINE_USERS, [Channel.SMS])
     from jobs.runner import run_job
     from senders.runtime.pool import build_pool

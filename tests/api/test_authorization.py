@@ -51,6 +51,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("GET", "/v1/support/campaigns/{campaign_id}"): "support:read",
     ("POST", "/v1/support/campaigns/{campaign_id}/pause"): "support:read",
     ("POST", "/v1/support/campaigns/{campaign_id}/resume"): "support:read",
+    ("GET", "/v1/outbox"): "support:read",
 }
 SCOPE_NAMES = ["send", "profiles:read", "profiles:write", "profiles:erase", "status:read", "support:read", "campaigns"]
 
@@ -97,6 +98,7 @@ def _request(m: Matrix, route: tuple[str, str], client: httpx.Client, n: int) ->
             f"/v1/support/campaigns/{m.ids['campaign']}/pause"),
         ("POST", "/v1/support/campaigns/{campaign_id}/resume"): lambda: client.post(
             f"/v1/support/campaigns/{m.ids['campaign']}/resume"),
+        ("GET", "/v1/outbox"): lambda: client.get("/v1/outbox"),
     }
     return calls[(method, path)]()
 

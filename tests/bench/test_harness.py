@@ -177,7 +177,8 @@ def test_ceiling_plans_a_raw_pass_through(tmp_path: Path) -> None:
 
 def bench_args(**extra: float) -> argparse.Namespace:
     return argparse.Namespace(backlog_timeout_s=120.0, max_live_rate=500, live_fraction=0.8, live_s=2.0,
-                              live_pool=1000, broker_idle_cpu_per_s=0.01, **extra)
+                              live_pool=1000, broker_idle_cpu_per_s=0.01, live_rates=None,
+                              checkpoint_poll_s=0.2, **extra)
 
 
 def test_memory_peer_end_to_end(kafka_bootstrap: str, tmp_path: Path) -> None:
@@ -236,6 +237,9 @@ def test_ceiling_end_to_end(kafka_bootstrap: str, tmp_path: Path) -> None:
     assert r["exactness"]["exact"], r["exactness"]
     assert r["exactness"]["expected"] == 60_000 + r["latency"]["requests"]
     assert r["backlog"]["with_startup_rps"] > 0 and r["latency"]["seen"] == r["latency"]["requests"]
+    # the checkpoints were read from its REST API while it ran, and those of the latency phase counted
+    assert r["checkpoints_seen"]["completed"] > 0
+    assert r["latency"]["checkpoints"] is not None and r["latency"]["cpu_us_per_request"] is not None
     # 60,000 records pass in well under a second, before the REST API even calls every task
     # RUNNING: the CPU is asserted over the run, not over the (near-empty) backlog window
     assert r["cpu"]["cpu_s"] > r["cpu"]["cpu_s_startup"] > 0 and r["system_metrics"]["checkpoints"]["completed"] > 0

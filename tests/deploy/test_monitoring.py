@@ -1,5 +1,6 @@
-"""Static checks of the monitoring files: deploy/prometheus (scrape config, alert rules and their
-unit tests) and deploy/grafana (datasource, dashboard provider, dashboard).
+"""Static checks of the monitoring files: deploy/prometheus (scrape config, alert rules, the SLOs'
+recording rules and burn-rate alerts, and their unit tests) and deploy/grafana (datasource,
+dashboard provider, dashboard).
 
 ``promtool`` (Debian's ``prometheus`` package, or a Prometheus release) checks the config, the
 PromQL of every rule and dashboard query, and runs the rules' unit tests where it is installed.
@@ -19,10 +20,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from operators.metric_names import JOB_NAME, SENDER_METRICS, prometheus_filter, prometheus_names
+from operators.metric_names import API_METRICS, JOB_NAME, SENDER_METRICS, prometheus_filter, prometheus_names
 
 REPO = Path(__file__).resolve().parents[2]
 PROMETHEUS = REPO / "deploy" / "prometheus"
+#: the rule files and the promtool unit tests of each
+RULE_FILES = {"alerts.yml": ("alerts.test.yml",), "slos.yml": ("slos.test.yml", "slos.slow.test.yml")}
+#: the promise row and its stats, on top of the dashboard (grid units)
+PROMISE_ROW_HEIGHT = 4
+#: a histogram's series, besides its name
+HISTOGRAM_SUFFIXES = ("_bucket", "_count", "_sum")
 GRAFANA = REPO / "deploy" / "grafana"
 DASHBOARD = GRAFANA / "dashboards" / "notify-dedup.json"
 #: Grafana's own variables, as Prometheus would see them once Grafana filled them in
@@ -41,7 +48,7 @@ DASHBOARD_SUBJECTS = {
 FLINK_NAME = re.compile(r"^flink_(jobmanager_job|taskmanager_job_task|taskmanager_job_task_operator)_\w+$")
 
 #: a metric and its label matchers in PromQL (``name{a="b",c="d"}`` or a bare ``name``)
-SELECTOR = re.compile(r"\b((?:flink|sender|provider)_[A-Za-z0-9_:]+)\s*(?:\{([^}]*)\})?")
+SELECTOR = re.compile(r"\b((?:flink|sender|provider|api)_[A-Za-z0-9_:]+|slo:[A-Za-z0-9_:]+)\s*(?:\{([^}]*)\})?")
 EQUALS = re.compile(r'\b([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"([^"]*)"')
 OPERATOR = "flink_taskmanager_job_task_operator_"
 #: what operators/metric_names.py names that neither the dashboard nor an alert shows, and why
@@ -61,9 +68,19 @@ def _yaml(path: Path):
     return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
+def _rules(*, recorded: bool) -> list[dict]:
+    """The alerts (or the recording rules) of every rule file."""
+    kind = "record" if recorded else "alert"
+    return [r for f in RULE_FILES for g in _yaml(PROMETHEUS / f)["groups"] for r in g["rules"] if kind in r]
+
+
+def _unit_tests() -> list[dict]:
+    return [group for tests in RULE_FILES.values() for f in tests for group in _yaml(PROMETHEUS / f)["tests"]]
+
+
 @pytest.fixture(scope="module")
 def rules() -> list[dict]:
-    return [r for g in _yaml(PROMETHEUS / "alerts.yml")["groups"] for r in g["rules"]]
+    return _rules(recorded=False)
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +115,7 @@ def test_alert_rules_are_complete(rules):
 
 def test_every_alert_has_unit_tests_that_fire_and_stay_quiet(rules):
     cases: dict[str, set[bool]] = {}
-    for group in _yaml(PROMETHEUS / "alerts.test.yml")["tests"]:
+    for group in _unit_tests():
         for case in group.get("alert_rule_test", []):
             cases.setdefault(case["alertname"], set()).add(bool(case.get("exp_alerts")))
     for r in rules:
@@ -106,9 +123,10 @@ def test_every_alert_has_unit_tests_that_fire_and_stay_quiet(rules):
 
 
 @needs_promtool
-def test_promtool_checks_the_rules_and_runs_their_unit_tests():
-    _promtool("check", "rules", "alerts.yml", cwd=PROMETHEUS)
-    _promtool("test", "rules", "alerts.test.yml", cwd=PROMETHEUS)
+@pytest.mark.parametrize("rule_file", sorted(RULE_FILES))
+def test_promtool_checks_the_rules_and_runs_their_unit_tests(rule_file):
+    _promtool("check", "rules", rule_file, cwd=PROMETHEUS)
+    _promtool("test", "rules", *RULE_FILES[rule_file], cwd=PROMETHEUS)
 
 
 @needs_promtool
@@ -193,11 +211,23 @@ def test_sender_rules_name_metrics_the_senders_export():
 
 def test_metric_names_are_flink_prometheus_names(rules, dashboard):
     flink_rules = [r for g in _yaml(PROMETHEUS / "alerts.yml")["groups"] if g["name"] != "notify-senders" for r in g["rules"]]
-    exprs = [r["expr"] for r in flink_rules] + [t["expr"] for _, t in _targets(dashboard)]
-    for expr in exprs:
+    # the promise row shows the SLOs (recording rules of the API's and the senders' metrics)
+    panels = [t["expr"] for p, t in _targets(dashboard) if p["gridPos"]["y"] > PROMISE_ROW_HEIGHT]
+    for expr in [r["expr"] for r in flink_rules] + panels:
         names = re.findall(r"\bflink_[A-Za-z0-9_:]+", expr)
         assert names, expr
         assert all(FLINK_NAME.match(n) for n in names), names
+
+
+def test_the_dashboard_starts_with_the_promise(dashboard):
+    """Its first row shows each SLO, by the recording rules of slos.yml."""
+    row, *top = [p for p in dashboard["panels"] if p["gridPos"]["y"] <= PROMISE_ROW_HEIGHT]
+    assert row["type"] == "row" and "promise" in row["title"] and row["gridPos"]["y"] == 0
+    recorded = {r["record"] for r in _rules(recorded=True)}
+    shown = {name for p in top for t in p["targets"] for name, _ in _selectors(t["expr"])}
+    assert shown <= recorded and len(top) == 4
+    slos = ("accept_errors", "one_time_code_slow", "transactional_slow", "dead_letters")
+    assert all(any(f"slo:{slo}:" in name for name in shown) for slo in slos), shown
 
 
 # ------------------------------------------------------------ the names, against operators/metric_names.py
@@ -206,10 +236,11 @@ def test_metric_names_are_flink_prometheus_names(rules, dashboard):
 def _expressions(rules: list[dict], dashboard: dict) -> list[tuple[str, str]]:
     """(where, PromQL) of every alert, panel query, dashboard variable and alert unit-test series."""
     exprs = [(f"alert {r['alert']}", r["expr"]) for r in rules]
+    exprs += [(f"record {r['record']}", r["expr"]) for r in _rules(recorded=True)]
     exprs += [(f"panel {p['title']!r}", t["expr"]) for p, t in _targets(dashboard)]
     exprs += [(f"variable {v['name']}", v["definition"]) for v in dashboard["templating"]["list"]]
-    for group in _yaml(PROMETHEUS / "alerts.test.yml")["tests"]:
-        exprs += [(f"alerts.test.yml series {s['series']}", s["series"]) for s in group.get("input_series", [])]
+    for group in _unit_tests():
+        exprs += [(f"unit-test series {s['series']}", s["series"]) for s in group.get("input_series", [])]
     return exprs
 
 
@@ -220,8 +251,11 @@ def _selectors(expr: str) -> list[tuple[str, dict[str, str]]]:
 def test_every_metric_shown_or_alerted_on_is_one_the_module_names(rules, dashboard):
     """Name, operator and job as operators/metric_names.py and the Prometheus reporter say them: a
     metric of another operator (``invalid`` is the route operator's) never matches a series. The
-    sender workers' metrics (SENDER_METRICS) have no operator."""
-    known = {**prometheus_names(), **{name: frozenset() for name in SENDER_METRICS}}
+    sender workers' metrics (SENDER_METRICS), the API's (API_METRICS) and the SLOs' recording rules
+    have no operator."""
+    plain = [*SENDER_METRICS, *API_METRICS, *(r["record"] for r in _rules(recorded=True))]
+    plain += [name + suffix for name in [*SENDER_METRICS, *API_METRICS] for suffix in HISTOGRAM_SUFFIXES]
+    known = {**prometheus_names(), **{name: frozenset() for name in plain}}
     job_label = prometheus_filter(JOB_NAME)
     problems = []
     for where, expr in _expressions(rules, dashboard):
@@ -232,7 +266,7 @@ def test_every_metric_shown_or_alerted_on_is_one_the_module_names(rules, dashboa
                 problems.append(f"{where}: {name} is not a metric of operators/metric_names.py")
                 continue
             operator = labels.get("operator_name")
-            if known[name] and operator is None and not where.startswith("alerts.test.yml"):
+            if known[name] and operator is None and not where.startswith("unit-test"):
                 problems.append(f"{where}: {name} without operator_name= (it is {sorted(known[name])}'s)")
             if operator is not None and operator not in known[name]:
                 reporters = sorted(known[name]) or "no operator: a job or task metric"

@@ -9,8 +9,9 @@ from pathlib import Path
 from operators.metric_names import SENDER_METRICS
 from settings import REPO_ROOT
 
-#: a metric the senders count or set: ``metrics.inc("name", ...)``, ``metrics.set("name", ...)``
-RECORDED = re.compile(r"metrics\.(?:inc|set)\(\s*\"([A-Za-z0-9_:]+)\"")
+#: a metric the senders count, set or observe: ``metrics.inc("name", ...)``, ``metrics.set(...)``,
+#: ``metrics.observe(...)``
+RECORDED = re.compile(r"metrics\.(?:inc|set|observe)\(\s*\"([A-Za-z0-9_:]+)\"")
 
 
 def recorded_names(root: Path = REPO_ROOT / "senders") -> dict[str, list[str]]:
@@ -35,5 +36,7 @@ def test_every_listed_sender_metric_is_recorded() -> None:
 
 
 def test_the_scan_reads_calls_over_several_lines(tmp_path: Path) -> None:
-    (tmp_path / "m.py").write_text('self.metrics.inc(\n    "sender_x_total", outcome=o)\nm.set("nope", 1)\n')
-    assert RECORDED.findall((tmp_path / "m.py").read_text()) == ["sender_x_total"]
+    (tmp_path / "m.py").write_text(
+        'self.metrics.inc(\n    "sender_x_total", outcome=o)\nm.set("nope", 1)\nmetrics.observe(\n "sender_h", 1.0, B)\n'
+    )
+    assert RECORDED.findall((tmp_path / "m.py").read_text()) == ["sender_x_total", "sender_h"]

@@ -100,5 +100,12 @@ def test_the_story_end_to_end(
     assert "n-4  u-chen   email attempt 1: skipped (opted_out)" in text
     assert "n-8  u-chen   sms   attempt 1: rejected (missing_parameter: pct)" in text
     assert "(quiet_hours) until 08:00" in text and story.zone in text
+    # and which protocol each channel used: the providers its dispatcher was built with, and their calls
+    assert story.protocols == [
+        "  push  primary fake (push-service), 0 calls",
+        "  sms   primary fake (sms-gateway), 3 calls",
+        "  email primary fake (mail-relay), 2 calls",
+    ]
+    assert "The protocol each channel used" in text and all(line in lines for line in story.protocols)
     for secret in ("1001", "12.50", "+351", "+880", "+86", "@example.com", "mailbox.invalid", "tok-amina", "% off"):
         assert secret not in text

@@ -81,6 +81,8 @@ def test_mini_cluster_overlay() -> None:
     assert conf["python.executable"] == conf["python.client.executable"] == sys.executable
     assert flink_conf.mini_cluster(Settings())["python.execution-mode"] == "thread"
     assert flink_conf.mini_cluster(Settings())["taskmanager.numberOfTaskSlots"] == 1
+    # `make demo` ends without "Trying to access closed classloader" (issue 24)
+    assert flink_conf.mini_cluster(Settings())["classloader.check-leaked-classloader"] is False
     no_python = flink_conf.mini_cluster(custom(), python=None)
     assert not [k for k in no_python if k.startswith("python.")]
     assert no_python["restart-strategy.fixed-delay.attempts"] == 4

@@ -56,8 +56,8 @@ def test_providers_are_chosen_by_configuration() -> None:
 
 
 def test_an_unconfigured_channel_or_unknown_provider_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="no provider for sms"):
-        build_dispatchers(load_settings(env={}), [Channel.SMS], Metrics())
+    with pytest.raises(ConfigError, match="no provider for sms: set senders.sms_primary"):
+        build_dispatchers(load_settings(env={"DEDUP_SENDERS_SMS_PRIMARY": ""}), [Channel.SMS], Metrics())
     with pytest.raises(ConfigError, match="unknown provider"):
         build_dispatchers(
             load_settings(env={"DEDUP_SENDERS_SMS_PRIMARY": "carrier-pigeon"}), [Channel.SMS], Metrics()

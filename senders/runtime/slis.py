@@ -1,0 +1,78 @@
+"""What the SLOs are computed from (deploy/prometheus/slos.yml, ``dedupctl slo``): each provider
+answer's delivery outcome, the time from accept to that answer, and its cost.
+
+Recorded where an answer's outcome is recorded (``DeliveryHandler.finish_batch``), once per
+answer whose claim was still the worker's. The time is taken from the channel message's
+``event_time``: the API writes its accept time there (unless the caller gave an ``event_time``
+of its own), and a request written straight to Kafka carries its producer's event time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+
+from senders.policy.transitions import AttemptResult, OutcomePlan
+from senders.records import Delivery
+from senders.runtime.metrics import Metrics
+from senders.statuses import DeadLetterReason, DeliveryStatus, Lane
+
+#: seconds; resolves the one-time codes' 5 s and the transactional minute, then hours of retries
+ACCEPT_TO_PROVIDER_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0,
+                              900.0, 3600.0, 14400.0)
+
+
+class DeliveryOutcome(StrEnum):
+    """What a provider's answer came to (``sender_deliveries_total{outcome}``)."""
+
+    SENT = "sent"
+    RETRIED = "retried"  # a transient failure, another attempt scheduled
+    PERMANENT_FAILURE = "permanent_failure"  # refused for good: dead-lettered at once
+    DEAD_LETTERED = "dead_lettered"  # transient failures until the last attempt
+
+
+def delivery_outcome(plan: OutcomePlan) -> DeliveryOutcome:
+    if plan.status is DeliveryStatus.SENT:
+        return DeliveryOutcome.SENT
+    if plan.retry_at_ms is not None:
+        return DeliveryOutcome.RETRIED
+    if plan.dead_letter is DeadLetterReason.PERMANENT_FAILURE:
+        return DeliveryOutcome.PERMANENT_FAILURE
+    return DeliveryOutcome.DEAD_LETTERED
+
+
+def accept_to_provider_s(event_time_ms: int, answered_ms: int) -> float:
+    """Seconds from the accept (the message's event time) to the provider's answer; never below
+    zero (a producer's clock ahead of ours)."""
+    return max(0.0, (answered_ms - event_time_ms) / 1000)
+
+
+def record_answer(
+    metrics: Metrics,
+    d: Delivery,
+    lane: Lane,
+    plan: OutcomePlan,
+    result: AttemptResult,
+    *,
+    answered_ms: int,
+    prices: Mapping[str, float],
+) -> None:
+    """Count one provider answer: its outcome; when the provider took the message, its time from
+    accept and its price (``prices``: per provider name, missing ones cost 0)."""
+    if result.provider is None:
+        return  # no provider was called (no time left in the lease): nothing answered
+    provider, channel = result.provider, d.channel.value
+    outcome = delivery_outcome(plan)
+    metrics.inc("sender_deliveries_total", channel=channel, lane=lane.value, provider=provider, outcome=outcome.value)
+    if outcome is not DeliveryOutcome.SENT:
+        return
+    metrics.observe(
+        "sender_accept_to_provider_seconds",
+        accept_to_provider_s(d.event_time_ms, answered_ms),
+        ACCEPT_TO_PROVIDER_BUCKETS,
+        channel=channel,
+        lane=lane.value,
+        category=d.category,
+    )
+    # counted at a price of 0 too: the series is there before anyone sets a price
+    metrics.inc("sender_cost_units_total", prices.get(provider, 0.0), channel=channel, provider=provider)
