@@ -7,6 +7,8 @@ the producer flushed, the store closed. ``create_app()`` alone serves the OpenAP
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -17,12 +19,13 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api import campaign_routes, notifications, outbox_routes, status_routes, unsubscribe, users, webhooks
-from api.errors import STORE_UNAVAILABLE, ApiError, bad_request
+from api.errors import INVALID_TEXT, STORE_UNAVAILABLE, ApiError, invalid_body, problems
 from api.gate import Gate
+from api.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from api.models import CampaignIn, Health
 from api.scopes import ROUTE_SCOPES, check_routes, display_path
 from api.services import Services
@@ -79,17 +82,6 @@ LINKS: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {
 VERSION = "1.0.0"
 
 
-def _problems(exc: RequestValidationError) -> list[str]:
-    """``field.path: message`` per problem, never the rejected input."""
-    out = []
-    for err in exc.errors():
-        loc = [str(p) for p in err.get("loc", ()) if p not in ("body",)]
-        where = ".".join(loc)
-        message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-        out.append(f"{where}: {message}" if where else message)
-    return out[:20]
-
-
 def _install_errors(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -97,20 +89,19 @@ def _install_errors(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = _problems(exc)
-        error = ApiError(400, "invalid_request", "the request is not valid: " + "; ".join(problems[:3]),
-                         problems=problems)
-        return JSONResponse(error.body(), status_code=400)
+        return JSONResponse(invalid_body(problems(exc.errors())).body(), status_code=400)
 
     @app.exception_handler(UnicodeEncodeError)
     async def not_utf8(_: Request, exc: UnicodeEncodeError) -> JSONResponse:
         # a JSON string with a lone surrogate (\ud800) parses, but is no text: nothing can store it
-        error = bad_request("the request holds text that is not valid Unicode (a lone surrogate)", code="invalid_text")
-        return JSONResponse(error.body(), status_code=400)
+        return JSONResponse(INVALID_TEXT.body(), status_code=400)
 
     @app.exception_handler(StoreUnavailableError)
-    async def store_down(_: Request, exc: StoreUnavailableError) -> JSONResponse:
+    async def store_down(request: Request, exc: StoreUnavailableError) -> JSONResponse:
         logger.warning("the store did not answer: %s", exc)
+        svc: Services | None = request.app.state.services
+        if svc is not None:
+            svc.metrics.unavailable.labels("store_unavailable").inc()
         return JSONResponse(STORE_UNAVAILABLE.body(), status_code=503, headers=STORE_UNAVAILABLE.headers)
 
     @app.exception_handler(StarletteHTTPException)
@@ -170,6 +161,7 @@ def create_app(factory: Callable[[], Services] | None = None) -> FastAPI:
         svc = factory()
         app.state.services = svc
         svc.start()
+        lag = asyncio.get_running_loop().create_task(svc.metrics.watch_loop(), name="api-loop-lag")
         # what start-up made lives as long as the process: out of the collector's sight, a full
         # collection no longer walks it (one took 80-180 ms of every thread's time, the loop's too)
         gc.freeze()
@@ -178,6 +170,9 @@ def create_app(factory: Callable[[], Services] | None = None) -> FastAPI:
             yield
         finally:
             logger.info("the API is stopping: campaigns, verdicts, the producer (flush), the store")
+            lag.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await lag
             svc.stop()
             gc.unfreeze()
 
@@ -209,8 +204,19 @@ def create_app(factory: Callable[[], Services] | None = None) -> FastAPI:
             except StoreUnavailableError:
                 checks["store"] = "unavailable"
         ok = all(v == "ok" for v in checks.values())
+        if not ok and svc is not None:
+            svc.metrics.unavailable.labels("not_ready").inc()
         return JSONResponse(Health(status="ok" if ok else "unavailable", checks=checks).model_dump(),
                             status_code=200 if ok else 503)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics(request: Request) -> Response:
+        svc: Services | None = request.app.state.services
+        if svc is None:
+            return Response("the API has not started\n", status_code=503, media_type="text/plain")
+        # several processes: the files of all of them are read and summed; off the loop
+        text = await asyncio.to_thread(svc.metrics.render)
+        return Response(text, media_type=METRICS_CONTENT_TYPE)
 
     @app.get("/support", response_class=HTMLResponse, include_in_schema=False)
     async def support() -> HTMLResponse:

@@ -172,7 +172,7 @@ async def create_campaign(request: Request) -> JSONResponse:
     except campaigns.TooManyCampaigns as exc:
         raise ApiError(409, "too_many_campaigns", f"caller {caller.name} has {exc.active} campaigns scheduled, running"
                        f" or paused: at most {limit} (api.max_active_campaigns)") from None
-    s.campaigns.ensure_running(c.campaign_id)
+    s.singletons.kick(c.campaign_id)  # at once when this process runs them; else the holder finds it
     created = CampaignCreated(campaign_id=c.campaign_id, status_url=f"/v1/campaigns/{c.campaign_id}")
     return JSONResponse(created.model_dump(), status_code=202)
 
@@ -198,7 +198,7 @@ async def _change(s: Services, campaign_id: str, action: str, owner: str | None)
     if not await s.pool.run(change):
         raise ApiError(409, "conflict", f"the campaign is {c.state}: it cannot {action}")
     if action == "resume":
-        s.campaigns.ensure_running(campaign_id)
+        s.singletons.kick(campaign_id)
     return campaign_out(await _get(s, campaign_id, owner))
 
 

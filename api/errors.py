@@ -3,7 +3,8 @@ param's value, an address or a secret), and the problems of an invalid body."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 
 class ApiError(Exception):
@@ -50,3 +51,20 @@ UNAUTHORIZED = ApiError(
 STORE_UNAVAILABLE = ApiError(503, "store_unavailable", "the status store did not answer; try again", headers={
     "Retry-After": "1"
 })
+INVALID_TEXT = ApiError(400, "invalid_text", "the request holds text that is not valid Unicode (a lone surrogate)")
+
+
+def problems(errors: Iterable[Mapping[str, Any]]) -> list[str]:
+    """``field.path: message`` per validation error (pydantic's), never the rejected input."""
+    out = []
+    for err in errors:
+        loc = [str(p) for p in err.get("loc", ()) if p not in ("body",)]
+        where = ".".join(loc)
+        message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        out.append(f"{where}: {message}" if where else message)
+    return out[:20]
+
+
+def invalid_body(found: list[str]) -> ApiError:
+    """The answer to a body that is not the route's model."""
+    return ApiError(400, "invalid_request", "the request is not valid: " + "; ".join(found[:3]), problems=found)

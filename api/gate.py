@@ -7,46 +7,21 @@ nothing a request does brings the process down."""
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from api import notifications
+from api.asgi import ASGIApp, AsgiScope, Message, Receive, Send, header, respond
 from api.errors import STORE_UNAVAILABLE, UNAUTHORIZED, ApiError
-from api.scopes import ROUTE_SCOPES, Scope, route_of
+from api.metrics import method_label
+from api.scopes import ROUTE_SCOPES, Scope, display_path, route_of
 from api.tokens import TokenCache, lookup, well_formed
 from senders.errors import StoreUnavailableError
 
 logger = logging.getLogger("api.access")
 
-AsgiScope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[AsgiScope, Receive, Send], Awaitable[None]]
-
 NOSNIFF = (b"x-content-type-options", b"nosniff")
-
-
-async def respond(send: Send, error: ApiError) -> None:
-    body = json.dumps(error.body()).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    headers += [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
-    await send({"type": "http.response.start", "status": error.status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-def raw_header(scope: AsgiScope, name: bytes) -> bytes | None:
-    for key, value in scope.get("headers") or ():
-        if key == name:
-            return bytes(value)
-    return None
-
-
-def _header(scope: AsgiScope, name: bytes) -> str | None:
-    value = raw_header(scope, name)
-    return None if value is None else value.decode("latin-1")
 
 
 def forbidden_scope(caller: str, scope: Scope) -> ApiError:
@@ -82,9 +57,16 @@ class Gate:
             logger.exception("unhandled error in %s %s", scope.get("method"), _route(scope))
             if not started[0]:
                 await respond(watched, ApiError(500, "internal", "internal error"))
-        took = (time.monotonic() - start) * 1000
+        took = time.monotonic() - start
+        route = _route(scope)
+        services = scope["app"].state.services
+        if services is not None:
+            method = method_label(scope.get("method"))
+            services.metrics.requests.labels(method, route, str(status[0])).inc()
+            if route == ACCEPT_ROUTE and method == "POST":
+                services.metrics.accept.labels(str(status[0])).observe(took)
         level = logging.WARNING if status[0] >= 500 else logging.DEBUG
-        logger.log(level, "%s %s %d %.1f ms", scope.get("method"), _route(scope), status[0], took)
+        logger.log(level, "%s %s %d %.1f ms", scope.get("method"), route, status[0], took * 1000)
 
     async def _handle(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
         path: str = scope.get("path", "")
@@ -103,6 +85,11 @@ class Gate:
         if body is None:
             await respond(send, ApiError(413, "body_too_large", f"the body is over {limit} bytes"))
             return
+        if scope.get("notify.route") == notifications.ROUTE and scope.get("method") == "POST":
+            # the hot route, served without the framework's routing and dependency machinery
+            # (about half of the event loop's time per request: bench/README.md)
+            await notifications.serve(scope, body, send, services)
+            return
         replayed = [False]
 
         async def replay() -> Message:
@@ -115,14 +102,17 @@ class Gate:
 
     async def _admit(self, scope: AsgiScope, services: Any) -> ApiError | None:
         """The caller, its scope for the route and its rate; the refusal, or None (admitted)."""
+        route = route_of(str(scope.get("method")), str(scope.get("path", "")))
+        if route is not None:
+            scope["notify.route"] = display_path(route[1])
         try:
             found = await self._caller(scope, services)
         except StoreUnavailableError:
+            services.metrics.unavailable.labels("store_unavailable").inc()
             return STORE_UNAVAILABLE
         if found is None:
             return UNAUTHORIZED
         caller = found.caller
-        route = route_of(str(scope.get("method")), str(scope.get("path", "")))
         if route is None:  # no such route or method: the router answers 404 or 405
             return None
         needed = ROUTE_SCOPES[route]
@@ -131,21 +121,25 @@ class Gate:
         scope.setdefault("state", {})["caller"] = caller
         api = services.cfg.api
         if route == ("POST", "/v1/notifications"):
-            wait = services.callers.admit(caller.name, caller.rate(api.default_rate_per_sec), "send")
-            what = "its rate of notifications"
+            bucket, rate, what = "send", caller.rate(api.default_rate_per_sec), "its rate of notifications"
         else:
-            wait = services.callers.admit(caller.name, api.calls_rate_per_sec, "calls")
-            what = "api.calls_rate_per_sec"
+            bucket, rate, what = "calls", api.calls_rate_per_sec, "api.calls_rate_per_sec"
+        try:
+            wait = await services.callers.admit(caller.name, rate, bucket)
+        except StoreUnavailableError:
+            services.metrics.unavailable.labels("store_unavailable").inc()
+            return STORE_UNAVAILABLE
         if wait is not None:
+            services.metrics.rate_limited.labels(caller.name, bucket).inc()
             return ApiError(429, "rate_limited", f"caller {caller.name} is over {what}; retry after {wait} s",
                             headers={"Retry-After": str(wait)})
         return None
 
     async def _caller(self, scope: AsgiScope, services: Any) -> Any:
-        header = _header(scope, b"authorization")
-        if header is None or not header.startswith("Bearer "):
+        given = header(scope, b"authorization")
+        if given is None or not given.startswith("Bearer "):
             return None
-        token = header[len("Bearer "):].strip()
+        token = given[len("Bearer "):].strip()
         if not well_formed(token):
             return None
         cache: TokenCache = services.tokens
@@ -160,7 +154,7 @@ class Gate:
     @staticmethod
     async def _body(scope: AsgiScope, receive: Receive, limit: int) -> bytes | None:
         """The whole body, or None when it is over ``limit`` (read no further than that)."""
-        length = _header(scope, b"content-length")
+        length = header(scope, b"content-length")
         if length is not None and length.isascii() and length.isdigit() and int(length) > limit:
             return None
         chunks: list[bytes] = []
@@ -179,7 +173,14 @@ class Gate:
         return b"".join(chunks)
 
 
+ACCEPT_ROUTE = notifications.ROUTE
+
+
 def _route(scope: AsgiScope) -> str:
+    """The template of the route that answered (or, refused before routing, the one the gate
+    matched); ``unmatched`` for a path of no route: never the path itself."""
     route = scope.get("route")
     path = getattr(route, "path", None)
-    return str(path) if path else "(no route)"
+    if path:
+        return display_path(str(path))
+    return str(scope.get("notify.route", "unmatched"))

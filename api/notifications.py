@@ -21,22 +21,26 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 
 from api.accept import accept, channels_now, check_key, fingerprint, header_text, unknown_user
+from api.asgi import AsgiScope, Send, header, respond, send_json
 from api.callers import Caller, name_problem, shared_key
 from api.docs import V1, errors
-from api.errors import ApiError, bad_request, forbidden
+from api.errors import INVALID_TEXT, STORE_UNAVAILABLE, ApiError, bad_request, forbidden, invalid_body, problems
+from api.idempotency import Reservation, Reserve, Reserved
 from api.models import NotificationAccepted, NotificationIn
 from api.producer import NotAcknowledged
 from api.services import Services, services
-from api.store import RequestRecord, Reservation, Reserved, release_key, reserve_key
+from api.store import RequestRecord
 from api.users import check_user
-from senders.store.db import Database
-from senders.store.profiles import ProfileRead, ProfileStore
+from senders.errors import StoreUnavailableError
+from senders.store.profiles import ProfileRead
 
 logger = logging.getLogger(__name__)
 router = APIRouter()
 
+ROUTE = "/v1/notifications"
 NAMESPACE_HEADER = "Dedup-Namespace"
 _FIRST_POLL_S = 0.005
 _MAX_POLL_S = 0.05
@@ -65,7 +69,7 @@ def dedup_space(caller: Caller, namespace: str | None) -> str:
 
 
 @router.post(
-    "/v1/notifications",
+    ROUTE,
     status_code=202,
     response_model=NotificationAccepted,
     responses={200: {"model": NotificationAccepted, "description": "the same request again: the first answer"},
@@ -80,8 +84,53 @@ async def post_notification(
     dedup_namespace: Annotated[str | None, Header(alias=NAMESPACE_HEADER, description=(
         "a shared dedup namespace the caller was granted: the dedup key is then ns:<namespace>/<key>"))] = None,
 ) -> Any:
-    s = services(request)
-    caller: Caller = request.state.caller
+    # the route as the OpenAPI document shows it; the gate serves it by ``serve`` (below): the same
+    # ``notify`` without the framework's routing, dependencies and response classes
+    status, answer = await notify(services(request), request.state.caller, body, idempotency_key, dedup_namespace)
+    return JSONResponse(answer, status_code=status)
+
+
+async def serve(scope: AsgiScope, body: bytes, send: Send, s: Services) -> None:
+    """``POST /v1/notifications`` as plain ASGI, for the gate, which has already admitted the
+    caller (``scope["state"]["caller"]``) and read the body: the body validated as the route's
+    model (400 as the app answers an invalid body), then ``notify``; an ApiError is its JSON
+    answer. Headers as the server hands them over (latin-1, byte for byte)."""
+    try:
+        status, answer = await notify(s, scope["state"]["caller"], parse_body(scope, body),
+                                      header(scope, b"idempotency-key"), header(scope, b"dedup-namespace"))
+    except ApiError as error:
+        await respond(send, error)
+        return
+    except StoreUnavailableError as exc:
+        logger.warning("the store did not answer: %s", exc)
+        s.metrics.unavailable.labels("store_unavailable").inc()
+        await respond(send, STORE_UNAVAILABLE)
+        return
+    except UnicodeEncodeError:
+        await respond(send, INVALID_TEXT)
+        return
+    await send_json(send, status, answer)
+
+
+def parse_body(scope: AsgiScope, body: bytes) -> NotificationIn:
+    """The body as the route's model; 400 ``invalid_request`` as the app answers a body that is
+    not one (not JSON by its Content-Type, not JSON, or not the model)."""
+    content_type = header(scope, b"content-type")
+    if content_type is not None:
+        media = content_type.split(";", 1)[0].strip().lower()
+        if not (media == "application/json" or (media.startswith("application/") and media.endswith("+json"))):
+            raise invalid_body(["body: the body must be JSON (Content-Type: application/json)"])
+    try:
+        return NotificationIn.model_validate_json(body)
+    except ValidationError as exc:
+        raise invalid_body(problems(exc.errors())) from None
+
+
+async def notify(
+    s: Services, caller: Caller, body: NotificationIn, idempotency_key: str | None, dedup_namespace: str | None
+) -> tuple[int, dict[str, Any]]:
+    """A notification of ``caller``: (202, the answer) once Kafka has it, or (200, the first
+    answer) for a repeat; raises ApiError (400, 403, 404, 409, 422, 503)."""
     namespace = header_text(dedup_namespace, NAMESPACE_HEADER, "invalid_namespace")
     space = dedup_space(caller, namespace)
     raw = header_text(idempotency_key, "Idempotency-Key", "invalid_idempotency_key")
@@ -94,70 +143,60 @@ async def post_notification(
     accepted = accept(body, caller=caller, catalog=s.catalog, limits=s.limits, dedup_key=dedup_key,
                       notification_id=notification_id, now_ms=now)
     fp = fingerprint(caller, body, namespace)
-    reserved, profile = await _reserve(s, idem_key, fp, notification_id, body.user_id, now)
+    reserved, profile = await _reserve(s, idem_key, fp, notification_id, body.user_id)
     if reserved.outcome is Reservation.REPLAY:
-        return JSONResponse(reserved.answer, status_code=200)
+        s.metrics.repeats.labels("replay").inc()
+        assert reserved.answer is not None
+        return 200, reserved.answer
     if reserved.outcome is Reservation.OTHER_BODY:
+        s.metrics.repeats.labels("other_body").inc()
         raise ApiError(422, "idempotency_key_reused", "this Idempotency-Key was used with another request")
     assert profile is not None
     if not profile.exists:
         raise unknown_user(body.user_id)
     down = s.producer.unavailable()
     if down is not None:
-        await s.pool.run(lambda db: release_key(db, idem_key, notification_id))
+        s.writer.release(idem_key, notification_id)
+        s.metrics.unavailable.labels("kafka_down").inc()
         raise kafka_unavailable(down)
     req = accepted.request
     try:
         written = await s.producer.write(s.cfg.topics.requests, req.user_id.encode("utf-8"), accepted.encoded)
     except NotAcknowledged as exc:
         logger.warning("a notification was not written: %s", exc.reason)
-        await s.pool.run(lambda db: release_key(db, idem_key, notification_id))
+        s.writer.release(idem_key, notification_id)
+        s.metrics.unavailable.labels("kafka_no_ack").inc()
         raise kafka_unavailable("Kafka did not acknowledge the request in time") from None
     queued, skipped = channels_now(profile, req.channels, accepted.kind, accepted.allow_unverified)
-    answer = NotificationAccepted(
-        id=notification_id, dedup_key=dedup_key, queued=queued, skipped=skipped,
-        status_url=f"/v1/notifications/{notification_id}",
-    ).model_dump()
+    answer = {"id": notification_id, "dedup_key": dedup_key, "queued": queued, "skipped": skipped,
+              "status_url": f"/v1/notifications/{notification_id}"}
     record = RequestRecord(notification_id, dedup_key, req.user_id, req.template_id,
                            tuple(c.value for c in req.channels), req.priority.value, caller.name, req.event_time, now,
                            written.partition, written.offset)
-    s.completions.put(idem_key, answer, record)  # stored in the next batch (api.completions)
-    return JSONResponse(answer, status_code=202)
+    s.writer.complete(idem_key, answer, record)  # stored in the writer's next round (api.writer)
+    return 202, answer
 
 
 async def _reserve(
-    s: Services, idem_key: str, fp: str, notification_id: str, user_id: str, now: int
+    s: Services, idem_key: str, fp: str, notification_id: str, user_id: str
 ) -> tuple[Reserved, ProfileRead | None]:
     """The key reserved for this request (NEW, with the user's profile), or the first answer
-    (REPLAY), or OTHER_BODY. A key being written (IN_PROGRESS) is waited for: its answer from
-    this process's completion writer, or from the store once it is done there (another process,
-    or this one's batch that stored it meanwhile); a key released by a failed write is taken."""
+    (REPLAY), or OTHER_BODY: in the store writer's next round, with the requests of the same
+    moment. A key being written (IN_PROGRESS) is waited for: its answer from this process's
+    writer, or from the store once it is done there (another process, or this one's round that
+    stored it meanwhile); a key released by a failed write is taken."""
     api = s.cfg.api
-
-    def prepare(db: Database) -> tuple[Reserved, ProfileRead | None]:
-        reserved = reserve_key(db, idem_key, fp, notification_id, user_id, _now_ms(), api.idempotency_ttl_s * 1000,
-                               2 * api.ack_timeout_ms + 5_000)
-        if reserved.outcome is not Reservation.NEW:
-            return reserved, None
-        profile = s.profiles.get(user_id)
-        if profile is None:
-            profile = ProfileStore(db, s.cipher).read(user_id)
-            if profile.exists:
-                s.profiles.put(user_id, profile)
-        if not profile.exists:
-            release_key(db, idem_key, notification_id)
-        return reserved, profile
-
     deadline = time.monotonic() + api.pending_wait_ms / 1000
     pause = _FIRST_POLL_S
     while True:
-        reserved, profile = await s.pool.run(prepare)
+        reserved, profile = await s.writer.reserve(Reserve(idem_key, fp, notification_id, user_id))
         if reserved.outcome is not Reservation.IN_PROGRESS:
             return reserved, profile
-        held = s.completions.answer_of(idem_key)
+        held = s.writer.answer_of(idem_key)
         if held is not None:
             return Reserved(Reservation.REPLAY, held), None
         if time.monotonic() + pause > deadline:
+            s.metrics.repeats.labels("in_progress").inc()
             raise ApiError(409, "in_progress", "a request with this Idempotency-Key is still being written; retry",
                            headers={"Retry-After": "1"})
         await asyncio.sleep(pause)

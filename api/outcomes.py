@@ -69,7 +69,8 @@ def outcome_of(topic: str, raw: bytes | None, topics: Topics, db: Database, now_
 
 
 class OutcomeReader:
-    """Runs in its own thread until ``stop()``; failures (broker, store) are retried after a pause."""
+    """Runs in its own thread until ``stop()``; failures (broker, store) are retried after a pause.
+    One runs per store, in the process that holds the lease (``api.singletons``)."""
 
     def __init__(
         self, client_config: Mapping[str, str], topics: Topics, group: str, opener: Callable[[], Database]
@@ -108,6 +109,10 @@ class OutcomeReader:
         consumer = Consumer({
             **self._config,
             "group.id": self._group,
+            # one reader for all the API processes of a store (api.leader): a static member, so
+            # the next holder's reader takes the partitions over at once instead of waiting for
+            # the session of a holder that died to time out (and no leave on a graceful stop)
+            "group.instance.id": f"{self._group}-reader",
             "client.id": f"notify-api-outcomes-{uuid.uuid4().hex[:6]}",
             "isolation.level": "read_committed",
             "enable.auto.commit": "false",

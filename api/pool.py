@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -18,8 +19,12 @@ T = TypeVar("T")
 
 
 class StorePool:
-    def __init__(self, opener: Callable[[], Database], threads: int) -> None:
+    def __init__(
+        self, opener: Callable[[], Database], threads: int, observe: Callable[[float, float], None] | None = None
+    ) -> None:
+        """``observe(queued_s, call_s)``: each call's wait for a thread and its own time."""
         self._opener = opener
+        self._observe = observe
         self._local = threading.local()
         self._all: list[Database] = []
         self._lock = threading.Lock()
@@ -54,7 +59,19 @@ class StorePool:
 
     async def run(self, fn: Callable[[Database], T]) -> T:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, lambda: fn(self.db()))
+        if self._observe is None:
+            return await loop.run_in_executor(self._executor, lambda: fn(self.db()))
+        observe = self._observe
+        queued = time.perf_counter()
+
+        def call() -> T:
+            started = time.perf_counter()
+            try:
+                return fn(self.db())
+            finally:
+                observe(started - queued, time.perf_counter() - started)
+
+        return await loop.run_in_executor(self._executor, call)
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)

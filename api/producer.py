@@ -19,7 +19,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +52,10 @@ class RequestProducer:
         linger_ms: int = 1,
         topic: str | None = None,
         probe_interval_s: float = 1.0,
+        on_ack: Callable[[float], None] | None = None,
     ) -> None:
+        """``on_ack(seconds)``: each acknowledged record's time from produce to its acknowledgement."""
+        self._on_ack = on_ack
         self.ack_timeout_s = ack_timeout_ms / 1000
         self._topic = topic
         self._probe_interval_s = probe_interval_s
@@ -115,8 +118,12 @@ class RequestProducer:
         """Write one record and wait for Kafka's acknowledgement; raises NotAcknowledged."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Written] = loop.create_future()
+        produced = time.perf_counter()
+        on_ack = self._on_ack
 
         def settle(err: KafkaError | None, msg: Any) -> None:
+            if err is None and on_ack is not None:
+                on_ack(time.perf_counter() - produced)
             def apply() -> None:
                 if future.done():
                     return

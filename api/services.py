@@ -1,31 +1,32 @@
-"""What the routes use, built from the settings once per process: the store's connections, the
-Kafka producer, the templates, the contacts' keys, the callers' limits, the campaigns' runners
-and the reader of the job's verdicts."""
+"""What the routes use, built from the settings once per process: the store's connections and its
+writer, the Kafka producer, the templates, the contacts' keys, the callers' limits, the metrics,
+and the election of the one process that runs the campaigns' runners, the reader of the job's
+verdicts and pruning (``api.leader``, ``api.singletons``)."""
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaException
 from fastapi import Request
 
 from api import campaigns
-from api.completions import CompletionWriter
-from api.outcomes import OutcomeReader
+from api.idempotency import Terms
+from api.leader import Elector
+from api.metrics import ApiMetrics
 from api.pool import StorePool
 from api.producer import RequestProducer
 from api.profile_cache import ProfileReads
 from api.ratelimit import CallerLimits
-from api.store import prune
+from api.singletons import Singletons, SingletonsContext
 from api.tokens import TokenCache
+from api.writer import StoreWriter
 from operators.limits import RequestLimits
-from ops import kafka_io
 from senders.profiles.crypto import ContactCipher
 from senders.runtime.pool import contact_cipher, store_location
 from senders.store.db import Database, open_database
+from senders.store.profiles import ProfileRead, ProfileStore
 from senders.templates.catalog import Catalog, load_catalog
 from settings import Settings
 
@@ -43,62 +44,29 @@ class Services:
     webhook_secrets: dict[str, bytes]
     tokens: TokenCache
     callers: CallerLimits
-    campaigns: campaigns.CampaignManager
-    outcomes: OutcomeReader
-    retention_ms: int
-    completions: CompletionWriter
+    singletons: Singletons
+    elector: Elector
+    writer: StoreWriter
     profiles: ProfileReads
+    metrics: ApiMetrics
     ready: bool = field(default=False)
-    campaigns_topic_ready: bool = field(default=False)
-    _stop_pruning: threading.Event = field(default_factory=threading.Event)
-
-    def _prune(self) -> None:
-        """Every ``api.prune_interval_s``: expired idempotency keys, and records older than the
-        status store's retention."""
-        db = None
-        while not self._stop_pruning.wait(self.cfg.api.prune_interval_s):
-            try:
-                db = db or self.pool.opener()
-                dropped = prune(db, int(time.time() * 1000), self.retention_ms)
-                if dropped:
-                    logger.info("pruned %d expired idempotency keys and old records", dropped)
-            except Exception:  # noqa: BLE001 - the next round tries again
-                logger.exception("pruning the API's records failed")
-        if db is not None:
-            db.close()
-
-    def _ensure_campaigns_topic(self) -> None:
-        """The campaigns' progress topic, created when the brokers answer (retried until then:
-        the campaigns' runners retry too)."""
-        pause = 1.0
-        while not self._stop_pruning.is_set():
-            try:
-                campaigns.ensure_topic(self.cfg.kafka, self.cfg.api.campaigns_topic, timeout_s=10.0)
-                self.campaigns_topic_ready = True
-                return
-            except (KafkaException, kafka_io.TopicError) as exc:
-                logger.warning("the campaigns topic cannot be made yet (%s): again in %.0f s", exc, pause)
-            self._stop_pruning.wait(pause)
-            pause = min(pause * 2, 30.0)
 
     def start(self) -> None:
-        """Start what runs beside the routes; nothing here waits for Kafka (the topic, the
-        verdicts' reader and the campaigns' runners each retry until the brokers answer)."""
-        threading.Thread(target=self._ensure_campaigns_topic, name="api-campaigns-topic", daemon=True).start()
-        self.outcomes.start()
-        self.campaigns.start_all(campaigns.active(self.pool.db()))
-        threading.Thread(target=self._prune, name="api-prune", daemon=True).start()
+        """Start what runs beside the routes: the election of the process that runs the
+        campaigns, the verdicts' reader and pruning. Nothing here waits for Kafka (those retry
+        until the brokers answer)."""
+        self.metrics.watch_gc()
+        self.elector.start()
         self.ready = True
 
     def stop(self) -> None:
         self.ready = False
-        self._stop_pruning.set()
         timeout = self.cfg.api.shutdown_timeout_s
-        self.campaigns.stop(timeout)
-        self.outcomes.stop(timeout)
+        self.elector.stop(timeout)  # what this process ran once stops first, then the lease goes
         self.producer.close(timeout)
-        self.completions.stop(timeout)
+        self.writer.stop(timeout)
         self.pool.close()
+        self.metrics.unwatch_gc()
 
 
 def build_services(cfg: Settings) -> Services:
@@ -111,12 +79,32 @@ def build_services(cfg: Settings) -> Services:
         return open_database(location, synchronous=api.sqlite_synchronous, password=password,
                              busy_timeout_ms=s.sqlite_busy_timeout_ms)
 
+    metrics = ApiMetrics()
+
+    def observe_store(queued_s: float, call_s: float) -> None:
+        metrics.store_queue.observe(queued_s)
+        metrics.store_call.observe(call_s)
+
     # SQLite takes one writer at a time: more threads only wait in its busy handler
     shared = location.startswith(("postgresql://", "postgres://"))
-    pool = StorePool(opener, api.store_threads if shared else 1)
+    pool = StorePool(opener, api.store_threads if shared else 1, observe_store)
     limits = cfg.dedup.request_limits()
     client = cfg.kafka.client_config()
-    ctx = campaigns.RunnerContext(
+    cipher = contact_cipher(cfg)
+    profiles = ProfileReads(s.profile_cache_ttl_ms)
+
+    def read_profile(db: Database, user_id: str) -> ProfileRead:
+        found = profiles.get(user_id)
+        if found is None:
+            found = ProfileStore(db, cipher).read(user_id)
+            profiles.put(user_id, found)  # kept only when the user has a profile
+        return found
+
+    def terms() -> Terms:
+        # a key pending for longer than two acknowledgement timeouts was abandoned by its writer
+        return Terms(int(time.time() * 1000), api.idempotency_ttl_s * 1000, 2 * api.ack_timeout_ms + 5_000)
+
+    runner = campaigns.RunnerContext(
         client_config=client,
         requests_topic=cfg.topics.requests,
         campaigns_topic=api.campaigns_topic,
@@ -126,22 +114,41 @@ def build_services(cfg: Settings) -> Services:
         opener=opener,
         kafka_timeout_s=s.kafka_timeout_ms / 1000,
     )
+    singletons = Singletons(
+        SingletonsContext(opener=opener, runner=runner, topics=cfg.topics, outcomes_group=api.outcomes_group,
+                          kafka=cfg.kafka, prune_interval_s=api.prune_interval_s,
+                          retention_ms=s.retention_ms(cfg.dedup.max_window_sec),
+                          campaign_poll_s=api.campaign_poll_ms / 1000),
+        api.shutdown_timeout_s,
+    )
+
+    def elected() -> None:
+        metrics.leader.set(1)
+        singletons.elected()
+
+    def deposed() -> None:
+        singletons.deposed()
+        metrics.leader.set(0)
+
     return Services(
         cfg=cfg,
         pool=pool,
-        producer=RequestProducer(client, ack_timeout_ms=api.ack_timeout_ms, topic=cfg.topics.requests,
-                                 probe_interval_s=api.kafka_probe_interval_ms / 1000),
+        producer=RequestProducer(client, ack_timeout_ms=api.ack_timeout_ms, linger_ms=api.kafka_linger_ms,
+                                 topic=cfg.topics.requests,
+                                 probe_interval_s=api.kafka_probe_interval_ms / 1000,
+                                 on_ack=metrics.kafka_ack.observe),
         catalog=load_catalog(s.template_options()),
-        cipher=contact_cipher(cfg),
+        cipher=cipher,
         limits=limits,
         webhook_secrets=api.webhook_secret_map(),
         tokens=TokenCache(api.token_cache_ttl_ms / 1000, api.token_negative_ttl_ms / 1000),
-        callers=CallerLimits(api.default_rate_per_sec),
-        campaigns=campaigns.CampaignManager(ctx),
-        outcomes=OutcomeReader(client, cfg.topics, api.outcomes_group, opener),
-        retention_ms=s.retention_ms(cfg.dedup.max_window_sec),
-        completions=CompletionWriter(opener),
-        profiles=ProfileReads(s.profile_cache_ttl_ms),
+        callers=CallerLimits(pool.run, api.rate_lease_fraction,
+                             on_lease=lambda bucket: metrics.rate_grants.labels(bucket).inc()),
+        singletons=singletons,
+        elector=Elector(opener, ttl_ms=api.lease_ttl_ms, on_elected=elected, on_deposed=deposed),
+        writer=StoreWriter(opener, terms, read_profile, api.writer_max_batch, metrics.reservation_batch.observe),
+        profiles=profiles,
+        metrics=metrics,
     )
 
 

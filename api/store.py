@@ -1,66 +1,14 @@
-"""The API's records in the store: idempotency keys, the requests it wrote, the job's verdicts on
-them, delivery receipts; each function is one transaction on one connection (``api.pool``)."""
+"""The API's records in the store: the requests it wrote, the job's verdicts on them, delivery
+receipts, and their pruning; each function is one transaction on one connection (``api.pool``).
+The idempotency keys are in ``api.idempotency``."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from senders.store.db import Database
-
-
-class Reservation(StrEnum):
-    NEW = "new"  # the key is ours: write the request
-    REPLAY = "replay"  # the same request was answered before: give that answer
-    OTHER_BODY = "other_body"  # the key was used with another request
-    IN_PROGRESS = "in_progress"  # the same request is being written right now
-
-
-@dataclass(frozen=True, slots=True)
-class Reserved:
-    outcome: Reservation
-    answer: dict[str, Any] | None = None
-
-
-def reserve_key(
-    db: Database, key: str, fingerprint: str, notification_id: str, user_id: str, now_ms: int, ttl_ms: int,
-    stale_ms: int,
-) -> Reserved:
-    """Take an Idempotency-Key for a request, or say why not. A key expired, or held by a request
-    that died before it was written (older than ``stale_ms``), is taken over."""
-    with db.tx() as cur:
-        inserted = db.exec(
-            cur,
-            "INSERT INTO api_idempotency (idem_key, fingerprint, state, notification_id, user_id, created_ms,"
-            " expires_ms) VALUES (?, ?, 'pending', ?, ?, ?, ?) ON CONFLICT (idem_key) DO NOTHING",
-            (key, fingerprint, notification_id, user_id, now_ms, now_ms + ttl_ms),
-        ).rowcount
-        if inserted == 1:
-            return Reserved(Reservation.NEW)
-        row = db.exec(
-            cur,
-            f"SELECT fingerprint, state, answer, created_ms, expires_ms FROM api_idempotency WHERE idem_key = ?"
-            f"{db.for_update}",
-            (key,),
-        ).fetchone()
-        held, state, answer, created, expires = row
-        live = int(expires) > now_ms and not (state == "pending" and int(created) + stale_ms <= now_ms)
-        if live and held != fingerprint:
-            return Reserved(Reservation.OTHER_BODY)
-        if live and state == "done":
-            return Reserved(Reservation.REPLAY, json.loads(answer))
-        if live:
-            return Reserved(Reservation.IN_PROGRESS)
-        db.exec(
-            cur,
-            "UPDATE api_idempotency SET fingerprint = ?, state = 'pending', notification_id = ?, user_id = ?,"
-            " answer = NULL, created_ms = ?, expires_ms = ? WHERE idem_key = ?",
-            (fingerprint, notification_id, user_id, now_ms, now_ms + ttl_ms, key),
-        )
-        return Reserved(Reservation.NEW)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,22 +37,6 @@ _REQUEST_COLUMNS = (
 )
 
 
-def complete_key(db: Database, key: str, answer: dict[str, Any], record: RequestRecord) -> None:
-    """The request is in Kafka: its answer is kept for the key, and the record for its status."""
-    complete_keys(db, [(key, answer, record)])
-
-
-def complete_keys(db: Database, done: Sequence[tuple[str, dict[str, Any], RequestRecord]]) -> None:
-    """Several requests in Kafka, in one transaction."""
-    with db.tx() as cur:
-        cur.executemany(
-            db.sql("UPDATE api_idempotency SET state = 'done', answer = ? WHERE idem_key = ? AND notification_id = ?"),
-            [(json.dumps(answer, sort_keys=True), key, record.notification_id) for key, answer, record in done],
-        )
-        for _, _, record in done:
-            insert_request(db, cur, record)
-
-
 def insert_request(db: Database, cur: Any, record: RequestRecord) -> None:
     db.exec(
         cur,
@@ -116,16 +48,6 @@ def insert_request(db: Database, cur: Any, record: RequestRecord) -> None:
             record.offset,
         ),
     )
-
-
-def release_key(db: Database, key: str, notification_id: str) -> None:
-    """The request was not written: the key is free for the caller's retry."""
-    with db.tx() as cur:
-        db.exec(
-            cur,
-            "DELETE FROM api_idempotency WHERE idem_key = ? AND notification_id = ? AND state = 'pending'",
-            (key, notification_id),
-        )
 
 
 def request_by_id(db: Database, notification_id: str) -> RequestRecord | None:
@@ -270,8 +192,9 @@ def receipts_of(db: Database, message_keys: Sequence[str]) -> dict[str, list[tup
 
 
 def prune(db: Database, now_ms: int, retention_ms: int, batch: int = 1000) -> int:
-    """Drop idempotency keys past their time, and requests, verdicts and receipts older than the
-    status store's retention; batches, each its own transaction."""
+    """Drop idempotency keys past their time, requests, verdicts and receipts older than the
+    status store's retention, and rate windows of more than a minute ago; batches, each its own
+    transaction."""
     cutoff = now_ms - retention_ms
     statements = (
         ("DELETE FROM api_idempotency WHERE idem_key IN (SELECT idem_key FROM api_idempotency"
@@ -282,6 +205,9 @@ def prune(db: Database, now_ms: int, retention_ms: int, batch: int = 1000) -> in
          " FROM api_outcome WHERE at_ms < ? LIMIT ?)", (cutoff, batch)),
         ("DELETE FROM api_receipt WHERE (provider, provider_ref, status) IN (SELECT provider, provider_ref,"
          " status FROM api_receipt WHERE received_ms < ? LIMIT ?)", (cutoff, batch)),
+        # the callers' rate windows of more than a minute ago (api.ratelimit)
+        ("DELETE FROM api_rate_budget WHERE (caller, bucket, window_ms) IN (SELECT caller, bucket, window_ms"
+         " FROM api_rate_budget WHERE window_ms < ? LIMIT ?)", (now_ms - 60_000, batch)),
     )
     dropped = 0
     for text, params in statements:

@@ -107,6 +107,24 @@ SCHEMA = (
         PRIMARY KEY (campaign_id, position)
     )""",
     "CREATE INDEX IF NOT EXISTS api_campaign_by_caller ON api_campaign (caller, state)",
+    # leases: what runs once across the API processes of the store, and which process runs it
+    """CREATE TABLE IF NOT EXISTS api_lease (
+        name TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        host TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        expires_ms BIGINT NOT NULL,
+        acquired_ms BIGINT NOT NULL
+    )""",
+    # the callers' rate budgets: per caller, budget and window, what the processes leased of it
+    """CREATE TABLE IF NOT EXISTS api_rate_budget (
+        caller TEXT NOT NULL,
+        bucket TEXT NOT NULL,
+        window_ms BIGINT NOT NULL,
+        granted BIGINT NOT NULL,
+        PRIMARY KEY (caller, bucket, window_ms)
+    )""",
+    "CREATE INDEX IF NOT EXISTS api_rate_budget_by_window ON api_rate_budget (window_ms)",
     "CREATE INDEX IF NOT EXISTS api_campaign_user_by_user ON api_campaign_user (user_id)",
 )
 

@@ -33,6 +33,22 @@ from harness.ports import free_port
 from settings import REPO_ROOT, Settings
 
 
+def _thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) of every thread of ``pid``, summed by thread name (librdkafka's
+    native threads included, which py-spy does not see)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    found: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        name = re.sub(r"\d+", "N", name)
+        found[name] = found.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+    return found
+
+
 def _stub(port: int, latency_s: float, report: multiprocessing.connection.Connection) -> None:
     """An HTTP/1.1 keep-alive stub: 202 with an id after ``latency_s``; counts keys and calls open."""
     seen: dict[str, int] = {}
@@ -159,10 +175,18 @@ def main() -> int:  # noqa: PLR0915 - one straight run
         producer = kafka_io.producer(cfg.kafka.client_config(), **{"linger.ms": "20"})
         messages = (
             {
-                "message_key": f"p{i}:email:1", "channel": "email", "notification_id": f"n{i}", "user_id": f"u{i}",
-                "template_id": "order_shipped", "params": {"order": str(i)}, "channels": ["email"],
-                "priority": "normal", "category": "transactional", "event_time": int(time.time() * 1000),
-                "dedup_key": f"p{i}", "dedup_ttl_sec": None,
+                "message_key": f"p{i}:email:1",
+                "channel": "email",
+                "notification_id": f"n{i}",
+                "user_id": f"u{i}",
+                "template_id": "order_shipped",
+                "params": {"order": str(i)},
+                "channels": ["email"],
+                "priority": "normal",
+                "category": "transactional",
+                "event_time": int(time.time() * 1000),
+                "dedup_key": f"p{i}",
+                "dedup_ttl_sec": None,
             }
             for i in range(n)
         )
@@ -182,15 +206,40 @@ def main() -> int:  # noqa: PLR0915 - one straight run
         metrics_port = free_port()
         log = open(work / "senders.log", "wb")  # noqa: SIM115 - closed below
         proc = subprocess.Popen(
-            [sys.executable, "-m", "dedupctl.cli", "senders", "run", "--channel", "email", "--lane", "normal",
-             "--metrics-port", str(metrics_port), "--no-create-topics"],
-            cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "dedupctl.cli",
+                "senders",
+                "run",
+                "--channel",
+                "email",
+                "--lane",
+                "normal",
+                "--metrics-port",
+                str(metrics_port),
+                "--no-create-topics",
+            ],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         spy = None
         if args.profile:
             spy = subprocess.Popen(
-                [str(Path(sys.executable).with_name("py-spy")), "record", "-r", "100", "-f", "raw", "-o", args.profile,
-                 "-p", str(proc.pid)]
+                [
+                    str(Path(sys.executable).with_name("py-spy")),
+                    "record",
+                    "-r",
+                    "100",
+                    "-f",
+                    "raw",
+                    "-o",
+                    args.profile,
+                    "-p",
+                    str(proc.pid),
+                ]
             )
         sampler = psutil.Process(proc.pid)
         status = open_status_store(cfg)
@@ -207,10 +256,12 @@ def main() -> int:  # noqa: PLR0915 - one straight run
             sent = int(found[0])
             if sent and first_at is None:
                 first_at, first_cpu = time.monotonic(), sampler.cpu_times()
+                first_threads = _thread_cpu(proc.pid)
                 first_sent = sent
             if sent >= n:
                 break
         done_at, done_cpu = time.monotonic(), sampler.cpu_times()
+        done_threads = _thread_cpu(proc.pid)
         transactions = _metric(metrics_port, "sender_store_transactions_total")
         if spy is not None:
             spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
@@ -236,6 +287,11 @@ def main() -> int:  # noqa: PLR0915 - one straight run
                     "cpu_us_per_message": round(cpu / delivered * 1e6, 1) if delivered else None,
                     "store_transactions_per_message": round(transactions / n, 3),
                     "stub": stub_report,
+                    "thread_cpu_us_per_message": {
+                        name: round((done_threads[name] - first_threads.get(name, 0.0)) / delivered * 1e6, 1)
+                        for name in sorted(done_threads)
+                        if delivered and done_threads[name] - first_threads.get(name, 0.0) > 0
+                    },
                 },
                 indent=2,
             )

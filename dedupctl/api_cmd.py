@@ -39,7 +39,9 @@ def _time(ms: int | None) -> str:
 def cmd_api_run(cfg: Settings, args: argparse.Namespace) -> int:
     from api.server import run
 
-    run(cfg, args.host, args.port)
+    if args.processes is not None and args.processes < 1:
+        raise ConfigError("api run: --processes must be at least 1")
+    run(cfg, args.host, args.port, args.processes)
     return 0
 
 
@@ -155,6 +157,8 @@ def register(sub: Any) -> None:
     q = api_sub.add_parser("run", help="serve the API in the foreground")
     q.add_argument("--host", help="default: api.host (127.0.0.1)")
     q.add_argument("--port", type=int, help="default: api.port (8080)")
+    q.add_argument("--processes", type=int, help="API processes on the one port (default: api.processes, 1); more"
+                   " than one on a SQLite store take turns writing")
     q.set_defaults(func=cmd_api_run)
     q = api_sub.add_parser("token", help="callers' bearer tokens")
     token_sub = q.add_subparsers(dest="token_command", required=True)

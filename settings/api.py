@@ -22,14 +22,29 @@ class ApiSettings(Section):
     :param max_campaign_users: the most users one campaign may have
     :param ack_timeout_ms: how long a request waits for Kafka to acknowledge its record (acks=all);
         past it the answer is 503 and the caller retries with the same Idempotency-Key
+    :param kafka_linger_ms: the request producer's ``linger.ms``: how long librdkafka waits for
+        more records to send together (fewer, larger batches: less CPU in the broker and in the
+        producer per request) before it sends a batch
     :param idempotency_ttl_s: how long an Idempotency-Key is remembered: a repeat within it gets
         the first answer; after it the key may be sent again (the dedup job still catches a repeat
         within its window)
     :param default_rate_per_sec: notifications per second a caller may send when it has no rate
-        of its own (429 past it, with Retry-After); per API process. A campaign may not run faster
-        than its caller's rate
-    :param calls_rate_per_sec: every other ``/v1`` call a caller may make per second, per API
-        process (429 past it)
+        of its own (429 past it, with Retry-After), across all the API processes of the store. A
+        campaign may not run faster than its caller's rate
+    :param calls_rate_per_sec: every other ``/v1`` call a caller may make per second, across all
+        the API processes of the store (429 past it)
+    :param rate_lease_fraction: a process takes a caller's rate budget from the store in chunks
+        of this share of a window's budget (at most a quarter of what is left): one store
+        transaction per chunk, and at most one unspent chunk per process at a window's end
+    :param processes: API processes on the one port (``api run --processes``); more than one
+        needs a PostgreSQL store or a SQLite file on this host (one writer at a time)
+    :param lease_ttl_ms: the lease of the process that runs the campaigns, the verdicts' reader
+        and pruning for all of them lasts this long, renewed every third of it: when its holder
+        dies, another process takes over within it (at once when the holder ran on this host)
+    :param campaign_poll_ms: how often that process looks for campaigns to run (one created or
+        resumed through another process starts within this time)
+    :param writer_max_batch: the most idempotency reservations (and, apart, completions) the
+        store writer puts in one transaction
     :param token_cache_ttl_ms: a looked-up token is trusted this long without reading the store
         again: a token revoked (``dedupctl api token revoke``) is refused at once by a process
         that has not cached it and within this time by one that has. Its expiry is checked on
@@ -70,6 +85,7 @@ class ApiSettings(Section):
     max_campaign_body_bytes: int = 4 * 1024 * 1024
     max_campaign_users: int = 100_000
     ack_timeout_ms: int = 5_000
+    kafka_linger_ms: int = 1
     idempotency_ttl_s: int = 86_400
     default_rate_per_sec: float = 100.0
     calls_rate_per_sec: float = 500.0
@@ -87,6 +103,11 @@ class ApiSettings(Section):
     sqlite_synchronous: str = "NORMAL"
     store_threads: int = 4
     prune_interval_s: int = 60
+    rate_lease_fraction: float = 0.1
+    processes: int = 1
+    lease_ttl_ms: int = 10_000
+    campaign_poll_ms: int = 1_000
+    writer_max_batch: int = 256
     shutdown_timeout_s: float = 10.0
     segments_dir: str = ""
 
@@ -100,7 +121,8 @@ class ApiSettings(Section):
     @field_validator(
         "max_body_bytes", "max_campaign_body_bytes", "max_campaign_users", "ack_timeout_ms", "idempotency_ttl_s",
         "token_cache_ttl_ms", "webhook_tolerance_s", "campaign_batch_ms", "store_threads", "prune_interval_s",
-        "pending_wait_ms", "max_active_campaigns", "kafka_probe_interval_ms",
+        "pending_wait_ms", "max_active_campaigns", "kafka_probe_interval_ms", "processes", "lease_ttl_ms",
+        "campaign_poll_ms", "writer_max_batch",
     )
     @classmethod
     def _positive(cls, value: int) -> int:
@@ -108,11 +130,18 @@ class ApiSettings(Section):
             raise ValueError("must be at least 1")
         return value
 
-    @field_validator("token_negative_ttl_ms")
+    @field_validator("token_negative_ttl_ms", "kafka_linger_ms")
     @classmethod
     def _not_negative(cls, value: int) -> int:
         if value < 0:
-            raise ValueError("must be 0 (no negative cache) or more")
+            raise ValueError("must be 0 or more")
+        return value
+
+    @field_validator("rate_lease_fraction")
+    @classmethod
+    def _fraction(cls, value: float) -> float:
+        if not 0 < value <= 1:
+            raise ValueError("must be more than 0 and at most 1")
         return value
 
     @field_validator("default_rate_per_sec", "calls_rate_per_sec", "shutdown_timeout_s")

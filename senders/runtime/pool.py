@@ -26,6 +26,7 @@ from senders.runtime.handler import AttemptEvent, DeliveryHandler, HandlerTopics
 from senders.runtime.identity import ProcessIdentity
 from senders.runtime.metrics import Metrics
 from senders.runtime.ruling import RulesContext
+from senders.runtime.threads import name_os_thread
 from senders.runtime.worker import SenderWorker, WorkerOptions
 from senders.statuses import Lane
 from senders.store.profiles import ProfileCache, ProfileStore
@@ -235,6 +236,7 @@ class SenderPool:
         return self
 
     def _serve(self) -> None:
+        name_os_thread("snd-loop")
         loop = new_event_loop()
         try:
             loop.run_until_complete(self._main())

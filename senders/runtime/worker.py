@@ -34,6 +34,7 @@ from senders.records import Delivery
 from senders.runtime.handler import DeliveryHandler, Handled, SendJob
 from senders.runtime.ledger import TP, CommitPlan, Entry, Ledger, Stage
 from senders.runtime.metrics import Metrics
+from senders.runtime.threads import name_os_thread
 from senders.statuses import AttemptOutcome, Lane
 
 logger = logging.getLogger(__name__)
@@ -176,7 +177,10 @@ class SenderWorker:
         o = self.options
         self._holds, self._assigned, self._unpause, self._paused_all = {}, [], [], False
         self._threads = {
-            name: ThreadPoolExecutor(1, thread_name_prefix=f"{self.name}-{name}") for name in ("kafka", "txn", "store")
+            name: ThreadPoolExecutor(
+                1, thread_name_prefix=f"{self.name}-{name}", initializer=name_os_thread, initargs=(f"snd-{name}",)
+            )
+            for name in ("kafka", "txn", "store")
         }
         run = self._run = _Run()
         consumer: Consumer | None = None

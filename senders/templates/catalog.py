@@ -141,7 +141,12 @@ def _compile(
         problems.append(f"{where}: must be a non-blank string")
         return None
     try:
-        return env.from_string(source), frozenset(meta.find_undeclared_variables(env.parse(source)))
+        template = env.from_string(source)
+        # a plain dict of the (never changed) environment's globals in place of Jinja's ChainMap:
+        # every render copies them into its context, and iterating a ChainMap made that copy
+        # nine tenths of a render's CPU
+        template.globals = dict(template.globals)
+        return template, frozenset(meta.find_undeclared_variables(env.parse(source)))
     except jinja2.TemplateSyntaxError as exc:
         problems.append(f"{where}: line {exc.lineno}: {exc.message}")
         return None
@@ -247,8 +252,9 @@ def load_template(directory: Path, options: TemplateOptions) -> tuple[Template |
     if not isinstance(allow_unverified, bool):
         problems.append(f"{where}: allow_unverified must be true or false")
     elif allow_unverified and kind == Category.MARKETING.value:
-        problems.append(f"{where}: marketing never goes to an unverified address (allow_unverified is for"
-                        " transactional templates)")
+        problems.append(
+            f"{where}: marketing never goes to an unverified address (allow_unverified is for transactional templates)"
+        )
     description = data.get("description", "")
     if not isinstance(description, str):
         problems.append(f"{where}: description must be a string")
@@ -269,8 +275,15 @@ def load_template(directory: Path, options: TemplateOptions) -> tuple[Template |
             problems.append(f"{name}/v{newer.number}.toml: published_at must be later than v{older.number}'s")
     if problems:
         return None, problems
-    template = Template(name, Category(str(kind)), bool(one_time_code), channels, tuple(loaded), str(description),
-                        bool(allow_unverified))
+    template = Template(
+        name,
+        Category(str(kind)),
+        bool(one_time_code),
+        channels,
+        tuple(loaded),
+        str(description),
+        bool(allow_unverified),
+    )
     return template, []
 
 

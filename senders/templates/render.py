@@ -12,7 +12,7 @@ configured segments is ``sms_too_long``. A subject or push title is kept to one 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import jinja2
 
@@ -29,6 +29,9 @@ class PushContent:
     title: str = field(repr=False)
     body: str = field(repr=False)
 
+    def fields(self) -> dict[str, object]:
+        return {"title": self.title, "body": self.body}
+
 
 @dataclass(frozen=True, slots=True)
 class SmsContent:
@@ -36,12 +39,18 @@ class SmsContent:
     encoding: SmsEncoding
     segments: int
 
+    def fields(self) -> dict[str, object]:
+        return {"text": self.text, "encoding": str(self.encoding), "segments": self.segments}
+
 
 @dataclass(frozen=True, slots=True)
 class EmailContent:
     subject: str = field(repr=False)
     text: str = field(repr=False)
     html: str = field(repr=False)
+
+    def fields(self) -> dict[str, object]:
+        return {"subject": self.subject, "text": self.text, "html": self.html}
 
 
 Content = PushContent | SmsContent | EmailContent
@@ -93,8 +102,9 @@ class Rendered:
 
     def fields(self) -> dict[str, object]:
         """The content's parts by name (push: title, body; SMS: text, encoding, segments; email:
-        subject, text, html), as a provider's payload carries them."""
-        return {k: (str(v) if isinstance(v, SmsEncoding) else v) for k, v in asdict(self.content).items()}
+        subject, text, html), as a provider's payload carries them. Built field by field: dataclasses'
+        ``asdict`` (a deep copy) was a quarter of the HTTP provider's CPU per call."""
+        return self.content.fields()
 
 
 def _one_line(text: str) -> str:

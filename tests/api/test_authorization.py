@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
+from api.idempotency import complete_keys, reserve_key
 from api.scopes import ROUTE_SCOPES, Scope, display_path
-from api.store import RequestRecord, complete_keys, reserve_key
+from api.store import RequestRecord
 from api.tokens import revoke, token_id
 from operators.records import Category, Channel
 from senders.runtime.pool import open_status_store

@@ -19,7 +19,8 @@ import pytest
 
 from api import campaigns
 from api.erase import erase_user
-from api.store import Outcome, RequestRecord, complete_keys, record_outcomes, record_receipt, reserve_key
+from api.idempotency import complete_keys, reserve_key
+from api.store import Outcome, RequestRecord, record_outcomes, record_receipt
 from api.tables import prepare
 from dedupctl.cli import main
 from harness.settings_file import write_settings

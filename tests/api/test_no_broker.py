@@ -66,6 +66,8 @@ def test_without_a_broker_the_api_serves_all_but_new_notifications_and_takes_the
                 assert (refused.status_code, refused.json()["error"]) == (503, "kafka_unavailable"), refused.text
                 assert refused.headers["Retry-After"] == "1"
                 assert took < ack_timeout_ms / 1000 / 2, took
+            causes = {line for line in c.get("/metrics").text.splitlines() if line.startswith("api_unavailable_total")}
+            assert 'api_unavailable_total{cause="kafka_down"} 3.0' in causes, causes
 
             broker = LocalBroker(home=tmp_path / "late-broker", port=port, controller_port=free_port())
             broker.start()

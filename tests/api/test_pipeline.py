@@ -175,11 +175,18 @@ def test_every_error_code(pipeline: Pipeline) -> None:
         "Idempotency-Key": key, "Content-Type": "application/json"})
     assert error(huge) == (413, "body_too_large")
     slow = p.api.token("slow", rate=1)
-    assert post(p, f"{key}-a", SHIPPED, token=slow).status_code == 202
-    limited = post(p, f"{key}-b", SHIPPED, token=slow)
+    # a budget of 1 per second of the wall clock (api.ratelimit): two requests may fall on both
+    # sides of a second's boundary and both pass; three within a second cannot
+    passed: list[str] = []
+    for n in range(3):
+        limited = post(p, f"{key}-{n}", SHIPPED, token=slow)
+        if limited.status_code != 202:
+            break
+        passed.append(f"slow/{key}-{n}")
     assert error(limited) == (429, "rate_limited") and int(limited.headers["Retry-After"]) >= 1
-    # none of them wrote anything but the one the slow caller was allowed
-    assert [r["dedup_key"] for r in p.requests() if key in r["dedup_key"]] == [f"slow/{key}-a"]
+    assert 1 <= len(passed) <= 2, passed
+    # none of them wrote anything but what the slow caller was allowed
+    assert sorted(r["dedup_key"] for r in p.requests() if key in r["dedup_key"]) == passed
 
 
 def test_kafka_not_acknowledging_is_503_and_the_retry_with_the_same_key_goes_through(

@@ -10,10 +10,10 @@ import pytest
 from api.accept import channels_now, check_key, check_message, template_for
 from api.callers import Caller
 from api.errors import ApiError
-from api.ratelimit import CallerLimits
+from api.idempotency import Reservation, complete_key, release_key, reserve_key
 from api.scopes import Scope
 from api.signing import sign, verify
-from api.store import RequestRecord, Reservation, complete_key, prune, release_key, request_by_id, reserve_key
+from api.store import RequestRecord, prune, request_by_id
 from api.tables import prepare
 from api.tokens import create_caller, lookup, token_hash
 from operators.records import Category, Channel, Priority
@@ -81,15 +81,6 @@ def test_queued_and_skipped_say_what_the_profile_says_now() -> None:
     everything = (Channel.PUSH, Channel.SMS, Channel.EMAIL)
     assert channels_now(read, everything, Category.TRANSACTIONAL) == (["sms", "email"], ["push: no address"])
     assert channels_now(read, everything, Category.MARKETING) == (["sms"], ["push: no address", "email: opted out"])
-
-
-def test_a_callers_rate_gives_retry_after() -> None:
-    now = [0.0]
-    limits = CallerLimits(100.0, clock=lambda: now[0])
-    assert [limits.admit("slow", 2.0) for _ in range(3)] == [None, None, 1]
-    now[0] = 0.5
-    assert limits.admit("slow", 2.0) is None
-    assert limits.admit("other", 2.0) is None  # each caller its own bucket
 
 
 def test_tokens_are_stored_as_hashes_and_idempotency_keys_replay_or_refuse(tmp_path: Path) -> None:

@@ -160,7 +160,7 @@ def test_rendered_text_is_not_in_reprs(catalog: Catalog) -> None:
         "Rendered(template='sale', version=2, locale='en', channel=<Channel.SMS: 'sms'>, "
         "content=SmsContent(encoding=<SmsEncoding.GSM7: 'gsm7'>, segments=1), "
         f"context=MessageContext(kind=<Category.MARKETING: 'marketing'>, one_time_code=False, "
-        f"lane=<Lane.NORMAL: 'normal'>, event_time_ms={MAR}))"
+        f"lane=<Lane.NORMAL: 'normal'>, event_time_ms={MAR}, user_id=''))"
     )
 
 
@@ -184,3 +184,21 @@ def test_the_context_says_what_a_provider_needs_besides_the_content(tmp_path: Pa
     # what a provider gets when nobody said: a transactional message of the normal lane, no event time
     assert Rendered("t", 1, "en", Channel.PUSH, PushContent("a", "b")).context == MessageContext(
         Category.TRANSACTIONAL, False, Lane.NORMAL, None)
+
+
+def test_the_fields_a_provider_sends_are_every_part_by_name(catalog: Catalog) -> None:
+    """``Rendered.fields`` (built by hand, not with dataclasses' slow ``asdict``): every part of
+    the content by its name, the SMS encoding as its plain string."""
+    push, sms, email = (do(catalog, "sale", channel, {"pct": "30"}) for channel in (Channel.PUSH, Channel.SMS, Channel.EMAIL))
+    assert push.fields() == {"title": "Eid sale title", "body": "Eid sale: 30% off"}
+    assert sms.fields() == {"text": "Eid sale: 30% off", "encoding": "gsm7", "segments": 1}
+    assert type(sms.fields()["encoding"]) is str
+    assert email.fields() == {"subject": "Eid sale: 30% off", "text": "Eid sale\n30% off", "html": "<p>Eid sale: <b>30</b>% off</p>"}
+
+
+def test_a_template_sees_the_environment_globals(catalog: Catalog, tmp_path: Path) -> None:
+    """The compiled templates keep Jinja's globals (``range``, ...) though as a plain dict."""
+    write_template(tmp_path, "loop", kind="transactional", channels=("sms",), versions={
+        1: "published_at = 2026-01-01T00:00:00Z\n[en.sms]\ntext = '{% for i in range(3) %}{{ i }}{% endfor %} {{ n }}'\n",
+    })
+    assert do(load_catalog(OPTS, tmp_path), "loop", Channel.SMS, {"n": "x"}).fields()["text"] == "012 x"

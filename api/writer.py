@@ -1,0 +1,209 @@
+"""The API's store writer: one thread with one connection, which writes the idempotency records of
+all the requests in flight together: each round is one transaction with the answers of the
+requests Kafka acknowledged (and their request records), the keys of requests that were not
+written, and the reservations of the requests that came meanwhile (``api.idempotency.write_batch``).
+Then it reads the profiles of the new requests' users that are not cached, and answers them all
+with one hand-over to the event loop.
+
+So the store sees one write transaction per round, not one per request, and in a process there
+is one writer of these tables: on SQLite, no connection of the process waits in the busy handler
+for another one's write lock (it sleeps 1, 2, 5, 10 ms... between tries). A round that fails
+(the store does not answer) fails its reservations at once (the API answers 503) and keeps the
+completions, retried after a pause that doubles up to 2 s.
+
+Until its round is stored, a request's answer is held here (``answer_of``), so the same key again
+in this process gets it. A process that dies before then leaves those keys pending: after the
+stale time a retry writes the request again, and the dedup job suppresses the repeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from api.idempotency import Completion, Release, Reservation, Reserve, Reserved, Terms, write_batch
+from api.store import RequestRecord
+from senders.store.db import Database
+from senders.store.profiles import ProfileRead
+
+logger = logging.getLogger(__name__)
+
+#: a new request's outcome, and for a NEW one its user's profile
+Reply = tuple[Reserved, ProfileRead | None]
+
+
+@dataclass(slots=True)
+class _Waiting:
+    item: Reserve
+    future: asyncio.Future[Reply]
+    loop: asyncio.AbstractEventLoop
+
+
+class StoreWriter:
+    """:param opener: the writer's own connection
+    :param terms: the reservations' terms now (the time, the keys' TTL, the stale time)
+    :param read_profile: a user's profile (from the cache or the store), in the writer's thread
+    :param max_batch: the most reservations, and the most completions, in one round
+    :param observe_batch: told the reservations of each round
+    """
+
+    def __init__(
+        self,
+        opener: Callable[[], Database],
+        terms: Callable[[], Terms],
+        read_profile: Callable[[Database, str], ProfileRead],
+        max_batch: int = 256,
+        observe_batch: Callable[[int], None] | None = None,
+    ) -> None:
+        self._opener = opener
+        self._terms = terms
+        self._read_profile = read_profile
+        self._max_batch = max_batch
+        self._observe_batch = observe_batch
+        self._waiting: list[_Waiting] = []
+        self._pending: dict[str, Completion] = {}
+        self._order: list[str] = []
+        self._releases: list[Release] = []
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._retry_at = 0.0
+        self._thread = threading.Thread(target=self._run, name="api-store-writer", daemon=True)
+        self._thread.start()
+
+    # -- from the event loop -----------------------------------------------------------------------
+
+    async def reserve(self, item: Reserve) -> Reply:
+        """Reserve a key in the next round: its outcome, and for a new one the user's profile (a
+        user without a profile: the key is released again). Raises what the store raised."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Reply] = loop.create_future()
+        with self._cond:
+            self._waiting.append(_Waiting(item, future, loop))
+            self._cond.notify()
+        return await future
+
+    def complete(self, key: str, answer: dict[str, Any], record: RequestRecord) -> None:
+        with self._cond:
+            self._pending[key] = (key, answer, record)
+            self._order.append(key)
+            self._cond.notify()
+
+    def release(self, key: str, notification_id: str) -> None:
+        with self._cond:
+            self._releases.append((key, notification_id))
+            self._cond.notify()
+
+    def answer_of(self, key: str, notification_id: str | None = None) -> dict[str, Any] | None:
+        with self._cond:
+            found = self._pending.get(key)
+        if found is None or (notification_id is not None and found[2].notification_id != notification_id):
+            return None
+        return found[1]
+
+    # -- the writer's thread -----------------------------------------------------------------------
+
+    def _take(self) -> tuple[list[_Waiting], list[Completion], list[Release]] | None:
+        """The next round's work, waiting for some; None when stopping with nothing left."""
+        with self._cond:
+            while True:
+                held = bool(self._order or self._releases)
+                due = time.monotonic() >= self._retry_at
+                if self._waiting or (held and (due or self._stopping)):
+                    break
+                if self._stopping and not held:
+                    return None
+                self._cond.wait(max(0.01, self._retry_at - time.monotonic()) if held else 0.5)
+            waiting = self._waiting[: self._max_batch]
+            del self._waiting[: len(waiting)]
+            keys = self._order[: self._max_batch]
+            completions = [self._pending[k] for k in dict.fromkeys(keys) if k in self._pending]
+            releases, self._releases = self._releases, []
+            return waiting, completions, releases
+
+    def _stored(self, completions: list[Completion]) -> None:
+        with self._cond:
+            for key, _, record in completions:
+                held = self._pending.get(key)
+                if held is not None and held[2].notification_id == record.notification_id:
+                    del self._pending[key]
+            taken = {k for k, _, _ in completions}
+            self._order = [k for k in self._order if k not in taken or k in self._pending]
+
+    def _failed(self, releases: list[Release], pause: float) -> None:
+        with self._cond:
+            self._releases[:0] = releases
+            self._retry_at = time.monotonic() + pause
+
+    def _run(self) -> None:
+        db: Database | None = None
+        pause = 0.05
+        while (work := self._take()) is not None:
+            waiting, completions, releases = work
+            try:
+                db = db or self._opener()
+                outcomes = write_batch(db, completions, releases, [w.item for w in waiting], self._terms())
+            except Exception as exc:  # noqa: BLE001 - the store's failure: the requests get it, the writer goes on
+                if completions or releases:
+                    logger.warning("storing %d written requests failed (%s): again in %.2f s", len(completions),
+                                   type(exc).__name__, pause)
+                self._failed(releases, pause)
+                pause = min(pause * 2, 2.0)
+                _answer([(w, exc) for w in waiting])
+                if self._stopping and pause >= 2.0:
+                    logger.error("%d written requests were not recorded before the shutdown", len(self._order))
+                    break
+                continue
+            pause = 0.05
+            self._stored(completions)
+            if waiting and self._observe_batch is not None:
+                self._observe_batch(len(waiting))
+            _answer([(w, self._with_profile(db, w.item, reserved)) for w, reserved in zip(waiting, outcomes,
+                                                                                          strict=True)])
+        if db is not None:
+            db.close()
+
+    def _with_profile(self, db: Database, item: Reserve, reserved: Reserved) -> Reply | BaseException:
+        if reserved.outcome is not Reservation.NEW:
+            return reserved, None
+        try:
+            profile = self._read_profile(db, item.user_id)
+        except Exception as exc:  # noqa: BLE001 - the request gets the store's failure
+            self.release(item.key, item.notification_id)
+            return exc
+        if not profile.exists:
+            self.release(item.key, item.notification_id)
+        return reserved, profile
+
+    def stop(self, timeout_s: float) -> None:
+        """Store what is held (up to ``timeout_s``), then stop."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join(timeout_s)
+
+
+def _answer(results: list[tuple[_Waiting, Reply | BaseException]]) -> None:
+    """Settle the futures, one hand-over per event loop."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Waiting, Reply | BaseException]]] = {}
+    for w, result in results:
+        by_loop.setdefault(w.loop, []).append((w, result))
+
+    def settle(batch: list[tuple[_Waiting, Reply | BaseException]]) -> None:
+        for w, result in batch:
+            if w.future.done():
+                continue
+            if isinstance(result, BaseException):
+                w.future.set_exception(result)
+            else:
+                w.future.set_result(result)
+
+    for loop, batch in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(settle, batch)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
