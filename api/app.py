@@ -22,7 +22,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api import campaign_routes, notifications, outbox_routes, status_routes, users, webhooks
+from api import campaign_routes, notifications, outbox_routes, status_routes, unsubscribe, users, webhooks
 from api.errors import INVALID_TEXT, STORE_UNAVAILABLE, ApiError, invalid_body, problems
 from api.gate import Gate
 from api.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -180,7 +180,7 @@ def create_app(factory: Callable[[], Services] | None = None) -> FastAPI:
                   generate_unique_id_function=lambda route: route.name)
     app.state.services = None
     _install_errors(app)
-    routers = (notifications, status_routes, users, webhooks, campaign_routes, outbox_routes)
+    routers = (notifications, status_routes, users, webhooks, campaign_routes, outbox_routes, unsubscribe)
     for module in routers:
         app.include_router(module.router)
     check_routes((method, route.path) for module in routers for route in module.router.routes

@@ -6,7 +6,8 @@ Every ``/v1`` route is in the table, with exactly one scope; the app refuses to 
 (``check_routes``). Routes outside ``/v1`` are not in it: ``/healthz``, ``/readyz``,
 ``/openapi.json`` and ``/support`` (the page's shell: its data comes from ``/v1/support/...``)
 answer anyone, and so does ``/outbox`` (the outbox's page: its data comes from ``/v1/outbox``);
-``/webhooks/{provider}`` is authenticated by the provider's signature.
+the public but signed ones (``SIGNED_ROUTES``) take no token, each request carrying its own
+proof instead.
 """
 
 from __future__ import annotations
@@ -66,6 +67,13 @@ ROUTE_SCOPES: Mapping[tuple[str, str], Scope] = {
 }
 
 
+#: the public routes a signature authenticates instead of a token: (method, path) -> by what
+SIGNED_ROUTES: Mapping[tuple[str, str], str] = {
+    ("POST", "/webhooks/{provider}"): "the provider's signature (api.receipts)",
+    ("POST", "/unsubscribe"): "the link's token, an HMAC of the user id (senders.policy.unsubscribe)",
+}
+
+
 _COMPILED: tuple[tuple[str, re.Pattern[str], str], ...] = tuple(
     (method, compile_path(path)[0], path) for method, path in ROUTE_SCOPES
 )
@@ -99,11 +107,13 @@ def scopes_text(scopes: Iterable[Scope]) -> str:
 
 
 def check_routes(declared: Iterable[tuple[str, str]]) -> None:
-    """Every declared ``/v1`` (method, path) has its scope, and every scope's route exists;
-    raises AssertionError naming what is missing (the app then does not start)."""
-    v1 = {(m, p) for m, p in declared if p.startswith("/v1/")}
+    """Every declared ``/v1`` (method, path) has its scope, and every route of the table (and of
+    ``SIGNED_ROUTES``) exists; raises AssertionError naming what is missing (the app then does
+    not start)."""
+    routes = set(declared)
+    v1 = {(m, p) for m, p in routes if p.startswith("/v1/")}
     unscoped = sorted(v1 - set(ROUTE_SCOPES))
-    missing = sorted(set(ROUTE_SCOPES) - v1)
+    missing = sorted((set(ROUTE_SCOPES) - v1) | (set(SIGNED_ROUTES) - routes))
     if unscoped or missing:
         raise AssertionError(f"api.scopes.ROUTE_SCOPES is out of date: no scope for {unscoped}; no route for {missing}")
 

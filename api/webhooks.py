@@ -1,6 +1,15 @@
-"""``POST /webhooks/{provider}``: delivery receipts. The signature is checked before the body is
-read as JSON; a receipt moves its message from sent to delivered or failed, once, found by the
-provider's message id; the change goes to the senders' status topic too."""
+"""``POST /webhooks/{provider}``: delivery receipts, checked and read by the provider's scheme
+(``api.receipts``: this project's HMAC-SHA256 receipts, Twilio's status callbacks, SendGrid's
+event webhook). The signature is checked before the body is read; a receipt moves its message
+from sent to delivered or failed, once, found by the provider's message id; the change goes to
+the senders' status topic too. A refusal is 401 whatever the reason (logged, without the body).
+
+This project's receipts answer as before: ``{message_key, status, changed}``, 404 for a message
+not (yet) recorded as sent, 409 for one a receipt cannot change. A provider's (one callback, or a
+batch of events) answers ``{events, receipts: [{message_key, status, changed}]}``: 404 when one
+of its events names a message not recorded yet (the provider sends it again; the others are
+applied already, and once), else 200, the events that change nothing included.
+"""
 
 from __future__ import annotations
 
@@ -8,25 +17,60 @@ import logging
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Path, Request
-from pydantic import ValidationError
+from fastapi import APIRouter, Path, Request
+from pydantic import BaseModel, Field
 
 from api.docs import errors
 from api.errors import UNAUTHORIZED, ApiError, bad_request, not_found
 from api.models import ReceiptIn, ReceiptOut
 from api.producer import NotAcknowledged
-from api.services import services
-from api.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
-from api.store import record_receipt
+from api.receipts import sendgrid as sendgrid_receipts
+from api.receipts import twilio as twilio_receipts
+from api.receipts.apply import Applied, apply_events
+from api.receipts.model import BadReceipt, ReceiptScheme
+from api.receipts.registry import receipt_schemes
+from api.services import Services, services
+from api.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER
 from operators import codec
-from senders.statuses import DeliveryStatus
 from senders.store.db import Database
-from senders.store.status import StatusRow, StatusStore
+from senders.store.status import StatusRow
 
 logger = logging.getLogger(__name__)
 router = APIRouter()
 
-_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": ReceiptIn.model_json_schema()}}}}
+
+class ReceiptsOut(BaseModel):
+    """A provider's receipt (a status callback, a batch of events): what became of each
+    message it named."""
+
+    events: int = Field(description="the events the receipt carried")
+    receipts: list[ReceiptOut] = Field(description="the messages they named, as they are now")
+
+
+#: the signature headers, one scheme's each (which are required depends on the provider's scheme)
+_SIGNATURE_HEADERS = (
+    (TIMESTAMP_HEADER, "this project's receipts: the Unix time signed"),
+    (SIGNATURE_HEADER, "this project's receipts: hex HMAC-SHA256 of <timestamp>.<body>"),
+    (twilio_receipts.SIGNATURE_HEADER, "Twilio's status callbacks: base64 HMAC-SHA1 of the URL and the parameters"),
+    (sendgrid_receipts.TIMESTAMP_HEADER, "SendGrid's event webhook: the time signed"),
+    (sendgrid_receipts.SIGNATURE_HEADER, "SendGrid's event webhook: base64 ECDSA P-256 of <timestamp><body>"),
+)
+_BODY = {"parameters": [
+    {"in": "header", "name": name, "required": False, "description": text, "schema": {"type": "string"}}
+    for name, text in _SIGNATURE_HEADERS
+], "requestBody": {"required": True, "content": {
+    "application/json": {"schema": {"anyOf": [
+        ReceiptIn.model_json_schema(),
+        {"type": "array", "description": "SendGrid's event webhook: a batch of events",
+         "items": {"type": "object", "properties": {"event": {"type": "string"}, "sg_message_id": {"type": "string"}},
+                   "required": ["event"]}},
+    ]}},
+    "application/x-www-form-urlencoded": {"schema": {
+        "type": "object", "description": "Twilio's status callback",
+        "properties": {"MessageSid": {"type": "string"}, "MessageStatus": {"type": "string"},
+                       "ErrorCode": {"type": "string"}},
+    }},
+}}}
 
 
 def status_record(row: StatusRow, now_ms: int) -> dict[str, Any]:
@@ -41,50 +85,67 @@ def status_record(row: StatusRow, now_ms: int) -> dict[str, Any]:
     }
 
 
+def _schemes(request: Request, s: Services) -> dict[str, ReceiptScheme]:
+    """The schemes of this app's services, made once (the settings do not change)."""
+    made: tuple[Services, dict[str, ReceiptScheme]] | None = getattr(request.app.state, "receipt_schemes", None)
+    if made is None or made[0] is not s:
+        made = (s, receipt_schemes(s.cfg, s.webhook_secrets))
+        request.app.state.receipt_schemes = made
+    return made[1]
+
+
+async def _publish(s: Services, applied: list[Applied], now: int) -> None:
+    for a in applied:
+        if not a.changed or a.row is None:
+            continue
+        value = codec.encode("delivery_status", status_record(a.row, now))
+        try:
+            await s.producer.write(s.cfg.senders.status_topic, a.row.message_key.encode(), value)
+        except NotAcknowledged as exc:  # the store has it: the status topic misses this one change
+            logger.warning("the receipt of %s is stored, not on the status topic: %s", a.row.message_key, exc.reason)
+
+
 @router.post(
     "/webhooks/{provider}",
-    response_model=ReceiptOut,
+    response_model=ReceiptOut | ReceiptsOut,
     responses=errors(400, 401, 404, 409, 413, 503),
     openapi_extra=_BODY,
-    summary="A provider's delivery receipt (HMAC-SHA256 signed)",
+    summary="A provider's delivery receipts (signed: this project's HMAC-SHA256, Twilio's, SendGrid's)",
 )
-async def receipt(
-    provider: Annotated[str, Path(min_length=1, max_length=256)],
-    request: Request,
-    timestamp: Annotated[str | None, Header(alias=TIMESTAMP_HEADER)] = None,
-    signature: Annotated[str | None, Header(alias=SIGNATURE_HEADER)] = None,
-) -> ReceiptOut:
+async def receipt(provider: Annotated[str, Path(min_length=1, max_length=256)], request: Request) -> Any:
     s = services(request)
     body = await request.body()
-    problem = verify(s.webhook_secrets.get(provider), timestamp, signature, body, time.time(),
-                     s.cfg.api.webhook_tolerance_s)
+    scheme = _schemes(request, s).get(provider)
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    problem = "no receipts are configured for this provider" if scheme is None else scheme.verify(
+        headers, body, time.time())
     if problem is not None:
-        logger.warning("refused a receipt for provider %s: %s", provider if provider in s.webhook_secrets else "?",
-                       problem)
+        logger.warning("refused a receipt for provider %s: %s", provider if scheme is not None else "?", problem)
         raise UNAUTHORIZED
-    try:  # pydantic's own JSON parser: bounded nesting, so no body (however deep) raises RecursionError
-        parsed = ReceiptIn.model_validate_json(body)
-    except ValidationError:
-        raise bad_request("the receipt is not {message_id, status: delivered|failed, reason?}",
-                          code="invalid_receipt") from None
-    status = DeliveryStatus(parsed.status)
+    assert scheme is not None
+    try:
+        events = list(scheme.events(body))
+    except BadReceipt as exc:
+        raise bad_request(str(exc), code="invalid_receipt") from None
     now = int(time.time() * 1000)
 
-    def apply(db: Database) -> tuple[StatusRow | None, bool]:
-        row, changed = StatusStore(db).apply_receipt(provider, parsed.message_id, status, parsed.reason, now)
-        if row is not None:
-            record_receipt(db, provider, parsed.message_id, status.value, row.message_key, parsed.reason, now)
-        return row, changed
+    def apply(db: Database) -> list[Applied]:
+        return apply_events(db, s.cipher, provider, scheme, events, now)
 
-    row, changed = await s.pool.run(apply)
-    if row is None:
+    applied = await s.pool.run(apply)
+    for a in applied:
+        if a.event.opt_out and a.row is not None and a.row.user_id:
+            s.profiles.drop(a.row.user_id)  # the accept path's read of the profile is stale now
+    await _publish(s, applied, now)
+    if any(a.missing for a in applied):
         raise not_found("no sent message of this provider has this id (yet)", code="unknown_message")
-    if changed:
-        value = codec.encode("delivery_status", status_record(row, now))
-        try:
-            await s.producer.write(s.cfg.senders.status_topic, row.message_key.encode(), value)
-        except NotAcknowledged as exc:  # the store has it: the status topic misses this one change
-            logger.warning("the receipt of %s is stored, not on the status topic: %s", row.message_key, exc.reason)
-    if not changed and row.status is not status:
-        raise ApiError(409, "conflict", f"the message is {row.status.value}, a receipt cannot change it")
-    return ReceiptOut(message_key=row.message_key, status=row.status.value, changed=changed)
+    if scheme.kind != "notify":
+        return ReceiptsOut(events=len(events), receipts=[
+            ReceiptOut(message_key=a.row.message_key, status=a.row.status.value, changed=a.changed)
+            for a in applied if a.row is not None
+        ])
+    [one] = applied
+    assert one.row is not None and one.event.status is not None
+    if not one.changed and one.row.status is not one.event.status:
+        raise ApiError(409, "conflict", f"the message is {one.row.status.value}, a receipt cannot change it")
+    return ReceiptOut(message_key=one.row.message_key, status=one.row.status.value, changed=one.changed)

@@ -19,6 +19,8 @@ from senders.profiles.crypto import ContactKeyOptions
 from senders.rules.options import RuleOptions
 from senders.templates.options import TemplateOptions
 from settings.base import REPO_ROOT, Flag, OptionalSecret, OptionalStr, Section
+from settings.providers import ApnsSettings, FcmSettings
+from settings.sms_email import SendgridSettings, TwilioSettings, http_url
 
 HOUR_MS = 3_600_000
 
@@ -27,12 +29,14 @@ class SendersSettings(Section):
     """The sender workers: retries, providers, rate limits, the status store, their topics.
 
     A provider is named by a string: an ``http://`` or ``https://`` URL (JSON POST), ``smtp``
-    (the ``smtp_*`` settings), ``outbox`` (files under ``<data_dir>/outbox``, the ``outbox_*``
-    settings: nothing leaves the machine) or ``fake`` (the scripted fake: nothing leaves the
-    process). Every primary is ``outbox`` by default, so a local run delivers without an account
-    anywhere; a production configuration names a real provider for each channel it serves
-    (``senders run`` warns once per channel that writes to the outbox, and where). An empty
-    primary means the channel has no provider and its workers refuse to start.
+    (the ``smtp_*`` settings), ``fcm`` or ``apns`` (their tables, settings/providers.py),
+    ``twilio`` (SMS) or ``sendgrid`` (email; their tables, settings/sms_email.py), ``outbox``
+    (files under ``<data_dir>/outbox``, the ``outbox_*`` settings: nothing leaves the machine)
+    or ``fake`` (the scripted fake: nothing leaves the process). Every primary is ``outbox`` by
+    default, so a local run delivers without an account anywhere; a production configuration
+    names a real provider for each channel it serves (``senders run`` warns once per channel that
+    writes to the outbox, and where). An empty primary means the channel has no provider and its
+    workers refuse to start.
 
     :param group_prefix: consumer groups are ``<prefix>.<channel>.<lane>``
     :param instance_id: names this process's transactional producers
@@ -155,6 +159,17 @@ class SendersSettings(Section):
     :param breaker_failure_rate: failure fraction that opens the circuit (moves to the secondary)
     :param breaker_open_ms: time on the secondary before the primary is probed again
     :param metrics_log_interval_s: how often a running worker logs its metrics (0: never)
+    :param fcm: the ``[senders.fcm]`` table: Firebase Cloud Messaging HTTP v1 (``FcmSettings``)
+    :param apns: the ``[senders.apns]`` table: Apple Push Notification service (``ApnsSettings``)
+    :param twilio: the ``[senders.twilio]`` table: Twilio's Messages API, SMS (``TwilioSettings``)
+    :param sendgrid: the ``[senders.sendgrid]`` table: SendGrid's v3 mail send (``SendgridSettings``)
+    :param unsubscribe_url: the API's public URL of ``POST /unsubscribe``: every marketing email
+        carries it, with its user and a signed token, as ``List-Unsubscribe`` (one-click, RFC
+        8058). Required by ``sendgrid`` (its workers refuse to start without it and
+        ``unsubscribe_secrets``); ``smtp`` adds the headers when it is set
+    :param unsubscribe_secrets: keys of the unsubscribe links' tokens (a secret), comma-separated,
+        the newest first: links are signed with the first and accepted with any (a new key put
+        first keeps the links already in mailboxes working)
     """
 
     group_prefix: str = "notify-senders"
@@ -230,6 +245,23 @@ class SendersSettings(Section):
     breaker_failure_rate: float = 0.5
     breaker_open_ms: int = 30_000
     metrics_log_interval_s: float = 60.0
+    fcm: FcmSettings = Field(default_factory=FcmSettings)
+    apns: ApnsSettings = Field(default_factory=ApnsSettings)
+    twilio: TwilioSettings = Field(default_factory=TwilioSettings)
+    sendgrid: SendgridSettings = Field(default_factory=SendgridSettings)
+    unsubscribe_url: str = ""
+    unsubscribe_secrets: OptionalSecret = None
+
+    @field_validator("unsubscribe_url")
+    @classmethod
+    def _unsubscribe_url(cls, value: str) -> str:
+        return http_url(value, empty_ok=True)
+
+    def unsubscribe_keys(self) -> list[bytes]:
+        """The unsubscribe tokens' keys, the signing one first (empty: none configured)."""
+        if self.unsubscribe_secrets is None:
+            return []
+        return [k.strip().encode("utf-8") for k in self.unsubscribe_secrets.get_secret_value().split(",") if k.strip()]
 
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy(

@@ -43,6 +43,11 @@ class RecipientRules:
         text = body.decode("utf-8", "replace")
         return any(s == status and (token is None or token in text) for s, token in self.http)
 
+    def matches_code(self, status: int, code: str) -> bool:
+        """For a provider whose error replies carry a code (Twilio's ``21211``): a rule of the
+        status alone, or of the status and exactly this code."""
+        return any(s == status and (token is None or token == code) for s, token in self.http)
+
     def matches_smtp(self, enhanced: str) -> bool:
         try:
             code = tuple(int(p) for p in enhanced.split("."))

@@ -1,4 +1,7 @@
-"""Providers, chosen by configuration: an http(s) URL, ``smtp``, ``outbox`` or ``fake``."""
+"""Providers, chosen by configuration (``senders.<channel>_primary`` / ``_secondary``): an
+http(s) URL (this project's JSON contract), ``smtp``, ``outbox``, ``twilio`` (SMS: Twilio's
+Messages API), ``sendgrid`` (email: SendGrid's v3 mail send), or ``fake``. docs/senders.md has
+each one's settings and answers."""
 
 from __future__ import annotations
 
@@ -7,12 +10,15 @@ from urllib.parse import urlsplit
 
 from operators.errors import ConfigError
 from senders.policy.recipients import RecipientRules, rules_by_provider
+from senders.providers import sendgrid, twilio
 from senders.providers.base import Provider, Receipt
 from senders.providers.fake import Behaviour, FakeProvider, Received
 from senders.providers.http import HttpProvider
 from senders.providers.outbox import OutboxProvider
 from senders.providers.outbox_files import outbox_root
+from senders.providers.sendgrid import SendGridProvider
 from senders.providers.smtp import SmtpProvider
+from senders.providers.twilio import TwilioProvider
 from senders.runtime.metrics import Metrics
 from settings import SendersSettings
 
@@ -24,7 +30,9 @@ __all__ = [
     "Provider",
     "Receipt",
     "Received",
+    "SendGridProvider",
     "SmtpProvider",
+    "TwilioProvider",
     "PROVIDER_SPECS",
     "build_provider",
     "provider_label",
@@ -32,12 +40,13 @@ __all__ = [
 
 
 #: what a provider setting may name (the message of a missing or unknown one says it)
-PROVIDER_SPECS = "an http(s):// URL, 'smtp', 'outbox' or 'fake'"
+PROVIDER_SPECS = "an http(s):// URL, 'smtp', 'outbox', 'twilio', 'sendgrid' or 'fake'"
 
 
 def provider_label(spec: str) -> str:
     """A short name for metrics, logs and status records: the URL's host and port (never its
-    ``user:password@``), ``smtp``, ``fake``."""
+    ``user:password@``), ``smtp``, ``twilio``, ``sendgrid``, ``fake``. The API's receipts route
+    (``POST /webhooks/{provider}``) is addressed by it."""
     if spec.startswith(("http://", "https://")):
         return urlsplit(spec).netloc.rsplit("@", 1)[-1]
     return spec
@@ -97,5 +106,38 @@ def build_provider(
             invalid_recipient=own_rules or RecipientRules.parse(settings.smtp_invalid_recipient),
             metrics=metrics,
             pool_size=settings.smtp_pool_size,
+            unsubscribe_url=settings.unsubscribe_url,
+            unsubscribe_key=next(iter(settings.unsubscribe_keys()), None),
+        )
+    if spec == twilio.SPEC:
+        return TwilioProvider(
+            name=name,
+            account_sid=settings.twilio.account_sid,
+            auth_token=settings.twilio.auth_token,
+            timeout_s=settings.http_timeout_ms / 1000,
+            sender=settings.twilio.sender,
+            messaging_service_sid=settings.twilio.messaging_service_sid,
+            status_callback=settings.twilio.status_callback,
+            base_url=settings.twilio.base_url,
+            ca_file=settings.http_ca_file or None,
+            invalid_recipient=own_rules,
+            metrics=metrics,
+            max_connections=max_connections or settings.max_in_flight,
+            http2=settings.http2,
+        )
+    if spec == sendgrid.SPEC:
+        return SendGridProvider(
+            name=name,
+            api_key=settings.sendgrid.api_key,
+            sender=settings.sendgrid.sender or settings.smtp_from,
+            timeout_s=settings.http_timeout_ms / 1000,
+            unsubscribe_url=settings.unsubscribe_url,
+            unsubscribe_key=next(iter(settings.unsubscribe_keys()), None),
+            base_url=settings.sendgrid.base_url,
+            ca_file=settings.http_ca_file or None,
+            invalid_recipient=own_rules,
+            metrics=metrics,
+            max_connections=max_connections or settings.max_in_flight,
+            http2=settings.http2,
         )
     raise ConfigError(f"unknown provider {redacted(spec)!r}: expected {PROVIDER_SPECS}")

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import email.policy
 import hashlib
 import ssl
 import time
+from email.headerregistry import BaseHeader, HeaderRegistry, UnstructuredHeader
 from email.message import EmailMessage
+from email.policy import Policy
 
 import aiosmtplib
 from pydantic import SecretStr
 
 from operators.errors import ConfigError
+from operators.records import Category
 from senders.errors import ProviderPermanentError, ProviderRetryableError
+from senders.policy import unsubscribe
 from senders.policy.recipients import RecipientRules
 from senders.providers.base import Provider
 from senders.providers.tls import tls_context
@@ -41,6 +46,28 @@ def message_id(message_key: str) -> str:
     return f"<{hashlib.sha256(message_key.encode()).hexdigest()[:32]}@notify-dedup>"
 
 
+#: the longest header line SMTP carries (RFC 5321), CRLF excluded
+MAX_LINE = 998
+
+
+class _OneLineHeader(UnstructuredHeader, BaseHeader):
+    """A header written as given, on one line: folded, a long ``<https://...>`` without spaces
+    would become RFC 2047 encoded words, which no mail client reads as a URL. (Longer than a
+    line may be: folded as any other.)"""
+
+    def fold(self, *, policy: Policy) -> str:
+        line = f"{self.name}: {self}"
+        if len(line) > MAX_LINE:
+            return super().fold(policy=policy)
+        return line + str(policy.linesep)
+
+
+_HEADERS = HeaderRegistry()
+for _name in unsubscribe.headers("http://x", b"k", "u"):
+    _HEADERS.map_to_type(_name.lower(), _OneLineHeader)
+#: the messages' policy: the default, but the unsubscribe headers on one line each
+MESSAGE_POLICY = email.policy.default.clone(header_factory=_HEADERS)
+
 #: an idle connection older than this is closed rather than used (relays drop idle sessions)
 IDLE_S = 10.0
 
@@ -67,7 +94,8 @@ class SmtpProvider(Provider):
     ``username``, one of them is required: credentials never cross the network in clear. Each send
     (waiting for a connection, connect, TLS, login, the message) has one deadline, ``timeout_s``.
     Up to ``pool_size`` sessions stay open and carry one message after another; a session that
-    failed in any way is closed, never reused."""
+    failed in any way is closed, never reused. With ``unsubscribe_url`` and its key, a marketing
+    email carries ``List-Unsubscribe`` and ``List-Unsubscribe-Post`` (one-click, RFC 8058)."""
 
     protocol = "smtp"
 
@@ -89,6 +117,8 @@ class SmtpProvider(Provider):
         invalid_recipient: RecipientRules | None = None,
         metrics: Metrics | None = None,
         pool_size: int = 4,
+        unsubscribe_url: str = "",
+        unsubscribe_key: bytes | None = None,
     ) -> None:
         super().__init__(name=name, metrics=metrics)
         if pool_size < 1:
@@ -115,21 +145,26 @@ class SmtpProvider(Provider):
         self._tls = tls_context(ca_file) if starttls or implicit_tls else None
         self._username = username
         self._password = password
+        self._unsubscribe = (unsubscribe_url, unsubscribe_key) if unsubscribe_url and unsubscribe_key else None
 
     def _message(self, to: str, message_key: str, message: Rendered) -> EmailMessage:
         """multipart/alternative: the plain text, then the HTML."""
         content = message.content
         if not isinstance(content, EmailContent):
             raise ProviderPermanentError(self.name, f"not an email: {message.channel}", deactivate_address=False)
-        msg = EmailMessage()
+        msg = EmailMessage(policy=MESSAGE_POLICY)
         msg["From"] = self.sender
         msg["To"] = to
         msg["Subject"] = content.subject
         msg["Message-ID"] = message_id(message_key)
         msg["X-Notify-Message-Key"] = message_key
-        msg["Content-Language"] = message.locale
+        user = message.context.user_id
+        if self._unsubscribe is not None and message.context.kind is Category.MARKETING and user:
+            for header, value in unsubscribe.headers(*self._unsubscribe, user).items():
+                msg[header] = value
         msg.set_content(content.text)
         msg.add_alternative(content.html, subtype="html")
+        msg["Content-Language"] = message.locale  # after the content: set_content drops every Content-* header
         return msg
 
     def _pool(self) -> asyncio.Semaphore:

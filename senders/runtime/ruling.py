@@ -132,6 +132,8 @@ class Ruling:
                 event_time_ms=d.event_time_ms,
                 locale=locale,
                 options=self._ctx.templates,
+                lane=d.lane,
+                user_id=d.user_id,
             )
         except TemplateError as exc:
             return self._ruled(DeliveryStatus.REJECTED, exc.reason)

@@ -333,15 +333,26 @@ class StatusStore:
                 == 1
             )
             if done and deactivate is not None:
-                channel, address = deactivate
-                self._db.exec(
-                    cur,
-                    "INSERT INTO inactive_address (channel, address_hash, reason, since_ms)"
-                    " VALUES (?, ?, ?, ?)"
-                    " ON CONFLICT (channel, address_hash) DO NOTHING",
-                    (channel.value, address_hash(channel, address), (error or "")[:200], now_ms),
-                )
+                self._deactivate(cur, *deactivate, error, now_ms)
             return done
+
+    def _deactivate(self, cur: Any, channel: Channel, address: str, reason: str | None, now_ms: int) -> bool:
+        return bool(
+            self._db.exec(
+                cur,
+                "INSERT INTO inactive_address (channel, address_hash, reason, since_ms)"
+                " VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (channel, address_hash) DO NOTHING",
+                (channel.value, address_hash(channel, address), (reason or "")[:200], now_ms),
+            ).rowcount
+        )
+
+    def deactivate(self, channel: Channel, address: str, reason: str | None, now_ms: int) -> bool:
+        """Mark an address inactive, as a provider's answer does (``finish``), for a provider's
+        receipt that says it cannot take messages (a hard bounce, a complaint); False when it was
+        inactive already."""
+        with self._db.tx() as cur:
+            return self._deactivate(cur, channel, address, reason, now_ms)
 
     def mark_published(self, published: Iterable[tuple[str, int]]) -> None:
         """The records of these (message key, attempt) outcomes are committed in Kafka."""

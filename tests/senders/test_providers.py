@@ -7,12 +7,14 @@ import socket
 from collections.abc import Iterator
 from email import message_from_bytes
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from pydantic import SecretStr
 
 from operators.records import Channel
 from senders.errors import ProviderPermanentError, ProviderRetryableError
+from senders.policy import unsubscribe
 from senders.providers import HttpProvider, SmtpProvider
 from senders.providers.smtp import message_id
 from senders.runtime.metrics import Metrics
@@ -179,6 +181,39 @@ def test_smtp_sends_the_rendered_message_as_text_and_html_parts(smtp_server: tup
     assert text.get_content().replace("\r\n", "\n").strip() == message.content.text.strip()  # type: ignore[union-attr]
     assert "<1001> & co" in text.get_content()  # the plain text takes the parameter as it is
     assert "&lt;1001&gt; &amp; co" in html.get_content() and "<1001>" not in html.get_content()  # escaped
+
+
+def test_smtp_says_the_messages_language(smtp_server: tuple[_Handler, int]) -> None:
+    """Content-Language was set before the content, which drops every Content-* header: never sent."""
+    handler, port = smtp_server
+    message = _rendered("order_shipped", Channel.EMAIL, {"order": "1001"}, locale="bn")
+    send_now(_smtp(port), to="ann@example.com", message_key="dk3:email", message=message)
+    [(_, content)] = handler.messages
+    assert message_from_bytes(content, policy=email.policy.default)["Content-Language"] == "bn"
+
+
+def test_a_marketing_email_over_smtp_carries_the_one_click_unsubscribe_headers_each_on_one_line(
+    smtp_server: tuple[_Handler, int],
+) -> None:
+    handler, port = smtp_server
+    base = "https://notify.example.com/unsubscribe"
+    provider = SmtpProvider(name="smtp", host="127.0.0.1", port=port, sender="news@example.com", timeout_s=2.0,
+                            unsubscribe_url=base, unsubscribe_key=b"key-1")
+    user = "user-with-a-long-id-0000000001"  # the link is longer than a folded header line (78)
+    options = TemplateOptions(directory=str(REPO_ROOT / "templates"))
+    digest = render(load_catalog(options), "weekly_digest", Channel.EMAIL, {"count": "3"},
+                    event_time_ms=1_796_115_600_000, locale="en", options=options, user_id=user)
+    send_now(provider, to="ann@example.com", message_key="dk4:email", message=digest)
+    receipt = _rendered("order_shipped", Channel.EMAIL, {"order": "1001"})
+    send_now(provider, to="ann@example.com", message_key="dk5:email", message=receipt)
+    (_, marketing), (_, transactional) = handler.messages
+    link = unsubscribe.link(base, b"key-1", user)
+    assert len(link) > 78
+    assert f"\r\nList-Unsubscribe: <{link}>\r\n".encode() in marketing  # one line: no RFC 2047 encoded words
+    assert b"\r\nList-Unsubscribe-Post: List-Unsubscribe=One-Click\r\n" in marketing
+    msg = message_from_bytes(marketing, policy=email.policy.default)
+    assert unsubscribe.genuine([b"key-1"], user, parse_qs(urlsplit(msg["List-Unsubscribe"][1:-1]).query)["t"][0])
+    assert b"List-Unsubscribe" not in transactional  # only marketing email
 
 
 def test_http_posts_the_rendered_push_message_in_the_users_locale(server: FakeHttpProvider) -> None:

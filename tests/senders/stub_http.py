@@ -1,0 +1,117 @@
+"""A local HTTP/1.1 server for the providers' protocol stubs: an asyncio server on a thread of its
+own (keep-alive, many connections), each request handed to ``handle`` with its method, target,
+headers (names in lower case) and body. Subclasses speak one provider's protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Request:
+    method: str
+    target: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    delay_s: float = 0.0  # answered after this long (a slow server)
+
+
+class StubServer:
+    """``start()`` / ``stop()``; ``base_url`` once started. ``handle`` is called on the server's
+    loop, under no lock: a subclass keeps its own state thread-safe (the tests read it)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._thread: threading.Thread | None = None
+        self.port = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def handle(self, request: Request) -> Reply:
+        raise NotImplementedError
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+                    return
+                lines = head.decode("latin-1").split("\r\n")
+                method, target, _ = lines[0].split(" ", 2)
+                headers: dict[str, str] = {}
+                for line in lines[1:]:
+                    if ":" in line:
+                        name, value = line.split(":", 1)
+                        headers[name.strip().lower()] = value.strip()
+                body = await reader.readexactly(int(headers.get("content-length") or 0))
+                reply = self.handle(Request(method, target, headers, body))
+                if reply.delay_s:
+                    await asyncio.sleep(reply.delay_s)
+                out = [f"HTTP/1.1 {reply.status} X", *(f"{k}: {v}" for k, v in reply.headers.items()),
+                       f"Content-Length: {len(reply.body)}"]
+                writer.write(("\r\n".join(out) + "\r\n\r\n").encode("latin-1") + reply.body)
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+    def start(self) -> Any:
+        started = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+
+            async def main() -> None:
+                self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, backlog=1024)
+                self.port = self._server.sockets[0].getsockname()[1]
+                started.set()
+                async with self._server:
+                    try:
+                        await self._server.serve_forever()
+                    except asyncio.CancelledError:
+                        pass
+
+            try:
+                loop.run_until_complete(main())
+            finally:
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name=type(self).__name__, daemon=True)
+        self._thread.start()
+        if not started.wait(10):
+            raise RuntimeError(f"{type(self).__name__} did not start")
+        return self
+
+    def stop(self) -> None:
+        loop, server = self._loop, self._server
+
+        def close() -> None:
+            assert server is not None
+            server.close()
+            for writer in list(self._writers):
+                writer.close()  # the connections too, before the loop ends
+
+        if loop is not None and server is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(close)
+        if self._thread is not None:
+            self._thread.join(5)
