@@ -132,6 +132,7 @@ class Ruling:
                 event_time_ms=d.event_time_ms,
                 locale=locale,
                 options=self._ctx.templates,
+                lane=d.lane,
             )
         except TemplateError as exc:
             return self._ruled(DeliveryStatus.REJECTED, exc.reason)

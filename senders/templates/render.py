@@ -16,8 +16,9 @@ from dataclasses import asdict, dataclass, field
 
 import jinja2
 
-from operators.records import Channel
-from senders.templates.catalog import Catalog, Version
+from operators.records import Category, Channel
+from senders.statuses import Lane
+from senders.templates.catalog import Catalog, Template, Version
 from senders.templates.errors import MissingParameter, RenderFailed, SmsTooLong, UnsupportedChannel
 from senders.templates.options import TemplateOptions
 from senders.templates.sms import SmsEncoding, sms_length
@@ -47,14 +48,45 @@ Content = PushContent | SmsContent | EmailContent
 
 
 @dataclass(frozen=True, slots=True)
+class MessageContext:
+    """What a provider may need to know of a message besides its content (push providers: the
+    urgency of ``android.priority`` / ``apns-priority``, the expiry of ``android.ttl`` /
+    ``apns-expiration``). The defaults are a transactional message of the normal lane with no
+    event time, so a provider given none still sends as before.
+
+    :param kind: the template's kind (transactional or marketing)
+    :param one_time_code: the template sends a one-time code
+    :param lane: the lane the message came through (a request of high priority: the priority lane)
+    :param event_time_ms: the accepted request's event time, where the message's time to live
+        counts from; None: unknown (count from the send)
+    """
+
+    kind: Category = Category.TRANSACTIONAL
+    one_time_code: bool = False
+    lane: Lane = Lane.NORMAL
+    event_time_ms: int | None = None
+
+    @property
+    def urgent(self) -> bool:
+        """A one-time code, or anything of the priority lane: wanted on the device at once."""
+        return self.one_time_code or self.lane is Lane.PRIORITY
+
+    @classmethod
+    def of(cls, template: Template, *, lane: Lane, event_time_ms: int | None) -> MessageContext:
+        return cls(template.kind, template.one_time_code, lane, event_time_ms)
+
+
+@dataclass(frozen=True, slots=True)
 class Rendered:
-    """A rendered message; template, version and locale are recorded with its status."""
+    """A rendered message; template, version and locale are recorded with its status;
+    ``context`` is what its provider may need besides the content."""
 
     template: str
     version: int
     locale: str
     channel: Channel
     content: Content
+    context: MessageContext = MessageContext()
 
     def fields(self) -> dict[str, object]:
         """The content's parts by name (push: title, body; SMS: text, encoding, segments; email:
@@ -85,8 +117,10 @@ def render(
     event_time_ms: int,
     locale: str | None,
     options: TemplateOptions,
+    lane: Lane = Lane.NORMAL,
 ) -> Rendered:
-    """Render a message; raises a TemplateError whose ``reason`` goes on its ``rejected`` status."""
+    """Render a message; raises a TemplateError whose ``reason`` goes on its ``rejected`` status.
+    ``lane``: the lane it came through (for its ``context``)."""
     template = catalog.get(template_id)
     if channel not in template.channels:
         raise UnsupportedChannel(template.name, channel)
@@ -111,4 +145,5 @@ def render(
         content = SmsContent(text=parts["text"], encoding=length.encoding, segments=length.segments)
     else:
         content = EmailContent(subject=_one_line(parts["subject"]), text=parts["text"], html=parts["html"])
-    return Rendered(template.name, version.number, chosen, channel, content)
+    context = MessageContext.of(template, lane=lane, event_time_ms=event_time_ms)
+    return Rendered(template.name, version.number, chosen, channel, content, context)

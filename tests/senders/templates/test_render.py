@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from operators.records import Channel
+from operators.records import Category, Channel
+from senders.statuses import Lane
 from senders.templates.catalog import Catalog, load_catalog
 from senders.templates.errors import (
     MissingParameter,
@@ -18,7 +19,7 @@ from senders.templates.errors import (
     UnsupportedChannel,
 )
 from senders.templates.options import TemplateOptions
-from senders.templates.render import EmailContent, PushContent, Rendered, SmsContent, render
+from senders.templates.render import EmailContent, MessageContext, PushContent, Rendered, SmsContent, render
 from senders.templates.sms import SmsEncoding
 from tests.senders.templates.helpers import all_channels, version, write_template
 
@@ -61,7 +62,10 @@ def reason(catalog: Catalog, *args: object, **kwargs: object) -> str:
 
 def test_every_channel_renders(catalog: Catalog) -> None:
     push = do(catalog, "sale", Channel.PUSH, {"pct": "30"})
-    assert push == Rendered("sale", 2, "en", Channel.PUSH, PushContent(title="Eid sale title", body="Eid sale: 30% off"))
+    assert push == Rendered(
+        "sale", 2, "en", Channel.PUSH, PushContent(title="Eid sale title", body="Eid sale: 30% off"),
+        MessageContext(Category.MARKETING, one_time_code=False, lane=Lane.NORMAL, event_time_ms=MAR),
+    )
     sms = do(catalog, "sale", Channel.SMS, {"pct": "30"})
     assert sms.content == SmsContent(text="Eid sale: 30% off", encoding=SmsEncoding.GSM7, segments=1)
     email = do(catalog, "sale", Channel.EMAIL, {"pct": "30", "unused": "x"})
@@ -154,5 +158,29 @@ def test_rendered_text_is_not_in_reprs(catalog: Catalog) -> None:
         assert "4711" not in repr(rendered)
     assert repr(do(catalog, "sale", Channel.SMS, {"pct": "1"})) == (
         "Rendered(template='sale', version=2, locale='en', channel=<Channel.SMS: 'sms'>, "
-        "content=SmsContent(encoding=<SmsEncoding.GSM7: 'gsm7'>, segments=1))"
+        "content=SmsContent(encoding=<SmsEncoding.GSM7: 'gsm7'>, segments=1), "
+        f"context=MessageContext(kind=<Category.MARKETING: 'marketing'>, one_time_code=False, "
+        f"lane=<Lane.NORMAL: 'normal'>, event_time_ms={MAR}))"
     )
+
+
+def test_the_context_says_what_a_provider_needs_besides_the_content(tmp_path: Path) -> None:
+    """The template's kind and one-time-code flag, the lane, the event time: what a push
+    provider's priority and expiry come from."""
+    write_template(tmp_path, "otp", kind="transactional", channels=("push",), extra_meta="one_time_code = true\n",
+                   versions={1: "published_at = 2026-01-01T00:00:00Z\n[en.push]\ntitle = 'Code'\nbody = '{{ code }}'\n"})
+    write_template(tmp_path, "shipped", kind="transactional", channels=("push",),
+                   versions={1: "published_at = 2026-01-01T00:00:00Z\n[en.push]\ntitle = 'Shipped'\nbody = 'On its way'\n"})
+    catalog = load_catalog(OPTS, tmp_path)
+    code = render(catalog, "otp", Channel.PUSH, {"code": "1"}, event_time_ms=MAR, locale=None, options=OPTS,
+                  lane=Lane.PRIORITY)
+    assert code.context == MessageContext(Category.TRANSACTIONAL, True, Lane.PRIORITY, MAR)
+    assert code.context.urgent
+    shipped = render(catalog, "shipped", Channel.PUSH, {}, event_time_ms=JAN + 1, locale=None, options=OPTS)
+    assert shipped.context == MessageContext(Category.TRANSACTIONAL, False, Lane.NORMAL, JAN + 1)
+    assert not shipped.context.urgent
+    # a transactional message a caller sent with high priority is urgent too (it came by the priority lane)
+    assert MessageContext(lane=Lane.PRIORITY).urgent
+    # what a provider gets when nobody said: a transactional message of the normal lane, no event time
+    assert Rendered("t", 1, "en", Channel.PUSH, PushContent("a", "b")).context == MessageContext(
+        Category.TRANSACTIONAL, False, Lane.NORMAL, None)
