@@ -16,6 +16,7 @@ from senders.profiles.crypto import ContactKeyOptions
 from senders.rules.options import RuleOptions
 from senders.templates.options import TemplateOptions
 from settings.base import REPO_ROOT, Flag, OptionalSecret, OptionalStr, Section
+from settings.providers import ApnsSettings, FcmSettings
 
 HOUR_MS = 3_600_000
 
@@ -24,8 +25,9 @@ class SendersSettings(Section):
     """The sender workers: retries, providers, rate limits, the status store, their topics.
 
     A provider is named by a string: an ``http://`` or ``https://`` URL (JSON POST), ``smtp``
-    (the ``smtp_*`` settings), or ``fake`` (the scripted fake: nothing leaves the process).
-    An empty primary means the channel has no provider and its workers refuse to start.
+    (the ``smtp_*`` settings), ``fcm`` or ``apns`` (their tables, settings/providers.py), or
+    ``fake`` (the scripted fake: nothing leaves the process). An empty primary means the channel
+    has no provider and its workers refuse to start.
 
     :param group_prefix: consumer groups are ``<prefix>.<channel>.<lane>``
     :param instance_id: names this process's transactional producers
@@ -139,6 +141,8 @@ class SendersSettings(Section):
     :param breaker_failure_rate: failure fraction that opens the circuit (moves to the secondary)
     :param breaker_open_ms: time on the secondary before the primary is probed again
     :param metrics_log_interval_s: how often a running worker logs its metrics (0: never)
+    :param fcm: the ``[senders.fcm]`` table: Firebase Cloud Messaging HTTP v1 (``FcmSettings``)
+    :param apns: the ``[senders.apns]`` table: Apple Push Notification service (``ApnsSettings``)
     """
 
     group_prefix: str = "notify-senders"
@@ -210,6 +214,8 @@ class SendersSettings(Section):
     breaker_failure_rate: float = 0.5
     breaker_open_ms: int = 30_000
     metrics_log_interval_s: float = 60.0
+    fcm: FcmSettings = Field(default_factory=FcmSettings)
+    apns: ApnsSettings = Field(default_factory=ApnsSettings)
 
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy(

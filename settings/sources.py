@@ -58,20 +58,39 @@ def layered(layers: Layers) -> Iterator[None]:
         _LAYERS.reset(token)
 
 
+def _model(info: FieldInfo) -> type[BaseModel] | None:
+    kind = info.annotation
+    return kind if isinstance(kind, type) and issubclass(kind, BaseModel) else None
+
+
 def section_fields(settings_cls: type[BaseSettings]) -> dict[str, tuple[str, ...]]:
-    """Section -> the names of its settings (the contract's roles for ``topics``)."""
+    """Section -> the names of its settings (the contract's roles for ``topics``); a table of a
+    section (``[senders.fcm]``) is one of them."""
     out: dict[str, tuple[str, ...]] = {}
     for name, info in settings_cls.model_fields.items():
-        kind = info.annotation
-        if isinstance(kind, type) and issubclass(kind, BaseModel):
+        kind = _model(info)
+        if kind is not None:
             out[name] = tuple(kind.model_fields)
         elif name == "topics":
             out[name] = topic_roles()
     return out
 
 
+def section_tables(settings_cls: type[BaseSettings]) -> dict[str, dict[str, tuple[str, ...]]]:
+    """Section -> its tables (``senders`` -> ``fcm``, ``apns``) -> the names of their settings."""
+    out: dict[str, dict[str, tuple[str, ...]]] = {}
+    for name, info in settings_cls.model_fields.items():
+        kind = _model(info)
+        for table, table_info in (kind.model_fields.items() if kind is not None else ()):
+            table_kind = _model(table_info)
+            if table_kind is not None:
+                out.setdefault(name, {})[table] = tuple(table_kind.model_fields)
+    return out
+
+
 class EnvironmentSource(PydanticBaseSettingsSource):
-    """``DEDUP_<SECTION>_<FIELD>`` (``DEDUP_KAFKA_BOOTSTRAP_SERVERS``) and ``DEDUP_DATA_DIR``.
+    """``DEDUP_<SECTION>_<FIELD>`` (``DEDUP_KAFKA_BOOTSTRAP_SERVERS``), a table's
+    ``DEDUP_<SECTION>_<TABLE>_<FIELD>`` (``DEDUP_SENDERS_FCM_PROJECT_ID``) and ``DEDUP_DATA_DIR``.
 
     Only variables that name a setting are read: ``DEDUP_CONFIG``, ``DEDUP_SCHEMAS_DIR`` or a
     ``DEDUP_KAFKA`` are someone else's and left alone.
@@ -87,12 +106,20 @@ class EnvironmentSource(PydanticBaseSettingsSource):
     def __call__(self) -> dict[str, Any]:
         found: dict[str, Any] = {}
         sections = section_fields(self.settings_cls)
+        tables = section_tables(self.settings_cls)
         for section, names in sections.items():
             prefix = f"{ENV_PREFIX}{section.upper()}_"
             for key, value in self.env.items():
                 name = key[len(prefix):].lower()
-                if key.startswith(prefix) and name in names:
+                if not key.startswith(prefix):
+                    continue
+                if name in names and name not in tables.get(section, {}):
                     found.setdefault(section, {})[name] = value
+                    continue
+                for table, table_names in tables.get(section, {}).items():
+                    inner = name.removeprefix(f"{table}_")
+                    if inner != name and inner in table_names:
+                        found.setdefault(section, {}).setdefault(table, {})[inner] = value
         for name in self.settings_cls.model_fields:
             key = f"{ENV_PREFIX}{name.upper()}"
             if name not in sections and key in self.env:

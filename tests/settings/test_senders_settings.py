@@ -107,3 +107,57 @@ def test_the_rules_templates_and_retention_come_from_the_senders_settings() -> N
     waits = [max(int(w * 1.2), 3_600_000) for w in (30_000, 60_000, 120_000, 240_000)]
     assert s.retention_ms(cfg.dedup.max_window_sec) == day30 + sum(waits) + 5 * 60_000
     assert cfg.with_overrides(senders={"status_retention_ms": 5}).senders.retention_ms(1) == 5
+
+
+# -- the providers' tables ([senders.fcm], [senders.apns]) -------------------------------------------
+
+
+def test_provider_tables_from_file_and_environment_field_by_field(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(
+        '[senders]\npush_primary = "fcm"\n'
+        '[senders.fcm]\nproject_id = "from-file"\nservice_account_file = "/keys/sa.json"\ncode_ttl_s = 300\n'
+        '[senders.apns]\nteam_id = "TEAM123456"\ntopic = "com.example.app"\n'
+    )
+    cfg = load_settings(path, env={
+        "DEDUP_SENDERS_FCM_PROJECT_ID": "from-env",
+        "DEDUP_SENDERS_APNS_KEY": "-----BEGIN PRIVATE KEY-----\nsecret-p8\n-----END PRIVATE KEY-----",
+        "DEDUP_SENDERS_APNS_BASE_URL": "https://api.sandbox.push.apple.com",
+    })
+    fcm, apns = cfg.senders.fcm, cfg.senders.apns
+    # the variable replaces one field of the file's table, the others stay
+    assert (fcm.project_id, fcm.service_account_file, fcm.code_ttl_s, fcm.ttl_s) == (
+        "from-env", "/keys/sa.json", 300, 28 * 86_400)
+    assert (apns.team_id, apns.topic, apns.base_url) == ("TEAM123456", "com.example.app",
+                                                         "https://api.sandbox.push.apple.com")
+    assert isinstance(apns.key, SecretStr) and "secret-p8" not in repr(cfg) and "secret-p8" not in str(cfg.senders)
+    # copies keep the tables, and a table can be replaced through the overrides
+    copied = cfg.with_overrides(senders={"max_attempts": 2})
+    assert copied.senders.fcm == fcm and copied.senders.apns.key == apns.key
+    assert cfg.with_overrides(senders={"fcm": {"project_id": "p2"}}).senders.fcm.project_id == "p2"
+
+
+def test_provider_tables_refuse_unknown_keys_bad_values_and_two_keys(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[senders.fcm]\nproject = "typo"\n')
+    with pytest.raises(ConfigError, match="project"):
+        load_settings(path, env={})
+    with pytest.raises(ConfigError, match="senders.apns.code_ttl_s"):
+        load_settings(env={"DEDUP_SENDERS_APNS_CODE_TTL_S": "0"})
+    with pytest.raises(ConfigError, match="not both") as err:
+        load_settings(env={"DEDUP_SENDERS_FCM_SERVICE_ACCOUNT_FILE": "/k.json",
+                           "DEDUP_SENDERS_FCM_SERVICE_ACCOUNT_JSON": '{"private_key": "s3cr3t"}'})
+    assert "s3cr3t" not in str(err.value)
+    # a variable that names no setting of a table is someone else's, as elsewhere
+    assert load_settings(env={"DEDUP_SENDERS_FCM_NOPE": "x"}).senders.fcm.project_id == ""
+
+
+def test_a_settings_file_written_for_a_process_keeps_the_tables(tmp_path: Path) -> None:
+    from harness.settings_file import write_settings
+
+    cfg = load_settings(env={"DEDUP_SENDERS_FCM_PROJECT_ID": "p", "DEDUP_SENDERS_FCM_SERVICE_ACCOUNT_JSON": "{}",
+                             "DEDUP_SENDERS_APNS_TOPIC": "com.example.app", "DEDUP_SENDERS_PUSH_PRIMARY": "apns"})
+    again = load_settings(write_settings(cfg, tmp_path / "s.toml"), env={})
+    assert again.senders == cfg.senders
+    assert again.senders.fcm.service_account_json is not None
+    assert again.senders.fcm.service_account_json.get_secret_value() == "{}"

@@ -375,27 +375,46 @@ def test_checkpoint_paths(tmp_path: Path) -> None:
 
 
 def _fields_of_type(*kinds: object) -> list[tuple[str, str]]:
-    """(section, field) of every setting whose type is one of ``kinds`` (optional or not)."""
+    """(section, field) of every setting whose type is one of ``kinds`` (optional or not); a
+    table's setting is ``table.field`` (``("senders", "fcm.service_account_json")``)."""
     found = []
-    for section in Settings.model_fields:
-        cls = type(getattr(Settings(), section))
-        if not hasattr(cls, "model_fields"):
-            continue  # data_dir; topics (names, none of them secret)
+
+    def scan(section: str, cls: type, prefix: str) -> None:
         for name, info in cls.model_fields.items():
             hint = info.annotation
+            if isinstance(hint, type) and hasattr(hint, "model_fields"):
+                scan(section, hint, f"{prefix}{name}.")
+                continue
             args = set(typing.get_args(hint)) - {type(None)} or {hint}
             if args & set(kinds):
-                found.append((section, name))
+                found.append((section, prefix + name))
+
+    for section in Settings.model_fields:
+        cls = type(getattr(Settings(), section))
+        if hasattr(cls, "model_fields"):  # not data_dir; topics (names, none of them secret)
+            scan(section, cls, "")
     return found
+
+
+def _variable(section: str, name: str) -> str:
+    return f"DEDUP_{section.upper()}_{name.replace('.', '_').upper()}"
+
+
+def _value_of(cfg: Settings, section: str, name: str) -> object:
+    value: object = getattr(cfg, section)
+    for part in name.split("."):
+        value = getattr(value, part)
+    return value
 
 
 def test_every_secret_setting_is_hidden() -> None:
     secrets = _fields_of_type(SecretStr)
     assert ("kafka", "sasl_password") in secrets
-    env = {f"DEDUP_{s.upper()}_{f.upper()}": f"{PASSWORD}-{s}-{f}" for s, f in secrets}
+    assert ("senders", "fcm.service_account_json") in secrets and ("senders", "apns.key") in secrets
+    env = {_variable(s, f): f"{PASSWORD}-{s}-{f}" for s, f in secrets}
     cfg = load_settings(env=env)
     for section, name in secrets:
-        value = getattr(getattr(cfg, section), name)
+        value = _value_of(cfg, section, name)
         assert isinstance(value, SecretStr), (section, name)
         assert value.get_secret_value() == f"{PASSWORD}-{section}-{name}"
     for shown in (repr(cfg), str(cfg), f"{cfg}", cfg.model_dump_json(), json.dumps(cfg.model_dump(mode="json"))):
@@ -407,9 +426,9 @@ def test_every_bool_setting_is_coerced_from_the_environment() -> None:
     if not flags:
         pytest.skip("no bool setting")
     for text, expected in (("yes", True), ("off", False), ("1", True), ("false", False)):
-        cfg = load_settings(env={f"DEDUP_{s.upper()}_{f.upper()}": text for s, f in flags})
+        cfg = load_settings(env={_variable(s, f): text for s, f in flags})
         for section, name in flags:
-            assert getattr(getattr(cfg, section), name) is expected, (section, name, text)
+            assert _value_of(cfg, section, name) is expected, (section, name, text)
 
 
 # -- the sections as callers see them -------------------------------------------------------------
