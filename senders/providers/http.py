@@ -63,8 +63,8 @@ def retry_after_s(value: str, now_s: float | None = None) -> float | None:
     return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
-def _retry_after_s(headers: Mapping[str, str]) -> float | None:
-    """``headers``' names in lower case."""
+def retry_after_hint(headers: Mapping[str, str]) -> float | None:
+    """The reply's Retry-After, if it has a valid one; ``headers``' names in lower case."""
     value = headers.get("retry-after")
     return None if value is None else retry_after_s(value)
 
@@ -88,10 +88,14 @@ class HttpxTransport:
     """httpx's AsyncClient (HTTP/2 when the server offers it through ALPN): one client per
     provider, its pool bounded, its timeouts one object."""
 
-    def __init__(self, *, base_url: str, tls: ssl.SSLContext, max_connections: int, timeout_s: float) -> None:
-        """``tls``: a verifying context (made once: loading the CAs takes a while)."""
+    def __init__(
+        self, *, base_url: str, tls: ssl.SSLContext, max_connections: int, timeout_s: float, http1: bool = True
+    ) -> None:
+        """``tls``: a verifying context (made once: loading the CAs takes a while); ``http1``
+        False: HTTP/2 only (over ``http://``, h2c with prior knowledge)."""
         self._base = base_url
         self._client = httpx.AsyncClient(
+            http1=http1,
             http2=True,
             verify=tls,
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
@@ -258,7 +262,7 @@ class HttpProvider(Provider):
             )
         if status in RETRYABLE_4XX or not 400 <= status < 500:
             raise ProviderRetryableError(
-                self.name, reason, status_code=status, retry_after_s=_retry_after_s(reply.headers)
+                self.name, reason, status_code=status, retry_after_s=retry_after_hint(reply.headers)
             )
         raise ProviderPermanentError(
             self.name,
