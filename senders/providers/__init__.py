@@ -1,4 +1,8 @@
-"""Providers, chosen by configuration: an http(s) URL, ``smtp``, or ``fake``."""
+"""Providers, chosen by configuration: an http(s) URL, ``smtp``, ``fcm``, or ``fake``.
+
+A spec names the settings its provider reads: a URL and ``smtp`` the ``senders.http_*`` /
+``senders.smtp_*`` fields, ``fcm`` the ``[senders.fcm]`` table
+(settings/providers.py; docs/senders.md, "Providers")."""
 
 from __future__ import annotations
 
@@ -7,15 +11,20 @@ from urllib.parse import urlsplit
 from operators.errors import ConfigError
 from senders.policy.recipients import RecipientRules, rules_by_provider
 from senders.providers.base import Provider, Receipt
+from senders.providers.credentials import ServiceAccount, read_secret
 from senders.providers.fake import Behaviour, FakeProvider, Received
+from senders.providers.fcm import FcmProvider
 from senders.providers.http import HttpProvider
+from senders.providers.push import PushOptions
 from senders.providers.smtp import SmtpProvider
 from senders.runtime.metrics import Metrics
 from settings import SendersSettings
+from settings.providers import PushSettings
 
 __all__ = [
     "Behaviour",
     "FakeProvider",
+    "FcmProvider",
     "HttpProvider",
     "Provider",
     "Receipt",
@@ -62,6 +71,8 @@ def build_provider(
             max_connections=max_connections or settings.max_in_flight,
             http2=settings.http2,
         )
+    if spec == "fcm":
+        return _fcm(name, settings, metrics, max_connections or settings.max_in_flight)
     if spec == "smtp":
         return SmtpProvider(
             name=name,
@@ -78,4 +89,26 @@ def build_provider(
             metrics=metrics,
             pool_size=settings.smtp_pool_size,
         )
-    raise ConfigError(f"unknown provider {redacted(spec)!r}: expected an http(s):// URL, 'smtp' or 'fake'")
+    raise ConfigError(
+        f"unknown provider {redacted(spec)!r}: expected an http(s):// URL, 'smtp', 'fcm' or 'fake'"
+    )
+
+
+def _push_options(table: PushSettings) -> PushOptions:
+    return PushOptions(ttl_s=table.ttl_s, code_ttl_s=table.code_ttl_s)
+
+
+def _fcm(name: str, settings: SendersSettings, metrics: Metrics, max_connections: int) -> FcmProvider:
+    fcm = settings.fcm
+    key = read_secret("senders.fcm", fcm.service_account_file, fcm.service_account_json)
+    return FcmProvider(
+        name=name,
+        account=ServiceAccount.parse(key),
+        project_id=fcm.project_id,
+        base_url=fcm.base_url,
+        timeout_s=settings.http_timeout_ms / 1000,
+        ca_file=settings.http_ca_file or None,
+        options=_push_options(fcm),
+        metrics=metrics,
+        max_connections=max_connections,
+    )
