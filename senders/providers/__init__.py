@@ -1,7 +1,7 @@
-"""Providers, chosen by configuration: an http(s) URL, ``smtp``, ``fcm``, or ``fake``.
+"""Providers, chosen by configuration: an http(s) URL, ``smtp``, ``fcm``, ``apns``, or ``fake``.
 
 A spec names the settings its provider reads: a URL and ``smtp`` the ``senders.http_*`` /
-``senders.smtp_*`` fields, ``fcm`` the ``[senders.fcm]`` table
+``senders.smtp_*`` fields, ``fcm`` the ``[senders.fcm]`` table, ``apns`` ``[senders.apns]``
 (settings/providers.py; docs/senders.md, "Providers")."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from urllib.parse import urlsplit
 
 from operators.errors import ConfigError
 from senders.policy.recipients import RecipientRules, rules_by_provider
+from senders.providers.apns import ApnsProvider
 from senders.providers.base import Provider, Receipt
-from senders.providers.credentials import ServiceAccount, read_secret
+from senders.providers.credentials import ApnsSigningKey, ServiceAccount, read_secret
 from senders.providers.fake import Behaviour, FakeProvider, Received
 from senders.providers.fcm import FcmProvider
 from senders.providers.http import HttpProvider
@@ -22,6 +23,7 @@ from settings import SendersSettings
 from settings.providers import PushSettings
 
 __all__ = [
+    "ApnsProvider",
     "Behaviour",
     "FakeProvider",
     "FcmProvider",
@@ -73,6 +75,8 @@ def build_provider(
         )
     if spec == "fcm":
         return _fcm(name, settings, metrics, max_connections or settings.max_in_flight)
+    if spec == "apns":
+        return _apns(name, settings, metrics, max_connections or settings.max_in_flight)
     if spec == "smtp":
         return SmtpProvider(
             name=name,
@@ -90,7 +94,7 @@ def build_provider(
             pool_size=settings.smtp_pool_size,
         )
     raise ConfigError(
-        f"unknown provider {redacted(spec)!r}: expected an http(s):// URL, 'smtp', 'fcm' or 'fake'"
+        f"unknown provider {redacted(spec)!r}: expected an http(s):// URL, 'smtp', 'fcm', 'apns' or 'fake'"
     )
 
 
@@ -109,6 +113,22 @@ def _fcm(name: str, settings: SendersSettings, metrics: Metrics, max_connections
         timeout_s=settings.http_timeout_ms / 1000,
         ca_file=settings.http_ca_file or None,
         options=_push_options(fcm),
+        metrics=metrics,
+        max_connections=max_connections,
+    )
+
+
+def _apns(name: str, settings: SendersSettings, metrics: Metrics, max_connections: int) -> ApnsProvider:
+    apns = settings.apns
+    pem = read_secret("senders.apns", apns.key_file, apns.key)
+    return ApnsProvider(
+        name=name,
+        key=ApnsSigningKey.parse(pem, team_id=apns.team_id, key_id=apns.key_id),
+        topic=apns.topic,
+        base_url=apns.base_url,
+        timeout_s=settings.http_timeout_ms / 1000,
+        ca_file=settings.http_ca_file or None,
+        options=_push_options(apns),
         metrics=metrics,
         max_connections=max_connections,
     )
