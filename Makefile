@@ -9,7 +9,7 @@ JAVA_SOURCES := $(shell find connector/src/main -name '*.java' 2>/dev/null)
 # the contract is packaged into the connector jar
 CONTRACT := $(wildcard schemas/*)
 
-.PHONY: all setup system-packages venv jars demo test test-fast test-java lint typecheck chaos clean kafka-start kafka-stop bench bench-full
+.PHONY: all setup system-packages venv jars demo test test-fast test-java lint typecheck chaos chaos-brokers clean kafka-start kafka-stop bench bench-full
 
 all: test
 
@@ -83,6 +83,11 @@ clean:
 # Fault injection at full size: >= 20 SIGKILLs over 200,000 requests, a broker restart, rescales.
 chaos: setup
 	$(BIN)/dedupctl chaos --requests 200000 --rate 1000 --kills 20 --broker-restarts 1 --rescales 2
+
+# The same on three brokers (replication 3, min.insync.replicas 2): SIGKILLs of the busiest node
+# mid-stream, each kept down past its fencing and started again, besides job kills and rescales.
+chaos-brokers: setup
+	$(BIN)/dedupctl chaos --brokers 3 --requests 100000 --rate 1000 --kills 10 --broker-kills 3 --broker-restarts 1 --rescales 2
 
 # The job against its peers and the exactly-once ceiling (bench/README.md): quick (about 10 min,
 # two interleaved rounds) and full (three rounds of every system, about an hour); then the API's

@@ -23,13 +23,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from api.accept import build_request
 from operators.limits import RequestLimits
 from operators.records import Category, Priority
+from ops import kafka_io
 from senders.policy.bucket import RateLimit, TokenBucket
 from senders.store.db import Database
+from settings.kafka import KafkaSettings
 
 logger = logging.getLogger(__name__)
 
@@ -158,20 +159,12 @@ def active(db: Database) -> list[str]:
     return [r[0] for r in rows]
 
 
-def ensure_topic(client_config: Mapping[str, str], topic: str, replication: int, timeout_s: float = 30.0) -> None:
-    """The campaigns' progress topic: one partition, compacted (the newest position per campaign).
-    Raises KafkaException when the brokers do not answer within ``timeout_s``."""
-    admin = AdminClient(dict(client_config))
-    futures = admin.create_topics(
-        [NewTopic(topic, num_partitions=1, replication_factor=replication, config={"cleanup.policy": "compact"})],
-        operation_timeout=timeout_s, request_timeout=timeout_s,
-    )
-    for future in futures.values():
-        try:
-            future.result()
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise
+def ensure_topic(kafka: KafkaSettings, topic: str, timeout_s: float = 30.0) -> None:
+    """The campaigns' progress topic: one partition, compacted (the newest position per campaign),
+    replicated as every topic the tools make (``ops.kafka_io.create_topics``). Raises
+    KafkaException when the brokers do not answer within ``timeout_s``, TopicError when too few
+    are alive for its replicas."""
+    kafka_io.ensure_topics(kafka, [topic], 1, config={"cleanup.policy": "compact"}, timeout_s=timeout_s)
 
 
 def read_position(client_config: Mapping[str, str], topic: str, campaign_id: str, timeout_s: float = 30.0) -> int:

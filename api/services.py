@@ -22,6 +22,7 @@ from api.ratelimit import CallerLimits
 from api.store import prune
 from api.tokens import TokenCache
 from operators.limits import RequestLimits
+from ops import kafka_io
 from senders.profiles.crypto import ContactCipher
 from senders.runtime.pool import contact_cipher, store_location
 from senders.store.db import Database, open_database
@@ -72,11 +73,10 @@ class Services:
         pause = 1.0
         while not self._stop_pruning.is_set():
             try:
-                campaigns.ensure_topic(self.cfg.kafka.client_config(), self.cfg.api.campaigns_topic,
-                                       self.cfg.kafka.replication_factor, timeout_s=10.0)
+                campaigns.ensure_topic(self.cfg.kafka, self.cfg.api.campaigns_topic, timeout_s=10.0)
                 self.campaigns_topic_ready = True
                 return
-            except KafkaException as exc:
+            except (KafkaException, kafka_io.TopicError) as exc:
                 logger.warning("the campaigns topic cannot be made yet (%s): again in %.0f s", exc, pause)
             self._stop_pruning.wait(pause)
             pause = min(pause * 2, 30.0)

@@ -8,7 +8,6 @@ import logging
 import sys
 from pathlib import Path
 
-from harness.local_kafka import LocalBroker
 from operators import codec
 from operators.errors import DedupError, InvalidRecordError
 from ops import kafka_io
@@ -22,32 +21,8 @@ def _out(line: str) -> None:
     sys.stdout.flush()
 
 
-def local_broker(cfg: Settings) -> LocalBroker:
-    return LocalBroker(
-        home=cfg.data_path() / "kafka",
-        port=cfg.kafka.local_port,
-        controller_port=cfg.kafka.local_controller_port,
-    )
-
-
-def cmd_kafka(cfg: Settings, args: argparse.Namespace) -> int:
-    broker = local_broker(cfg)
-    if args.action == "start":
-        broker.start()
-        _out(f"kafka {broker.status()}")
-    elif args.action == "stop":
-        _out("kafka stopped" if broker.stop() else "kafka was not running")
-    else:
-        _out(f"kafka {broker.status()}")
-        return 0 if broker.pid() is not None else 3
-    return 0
-
-
 def cmd_topics(cfg: Settings, args: argparse.Namespace) -> int:
-    partitions = args.partitions or cfg.kafka.partitions
-    result = kafka_io.create_topics(
-        cfg.kafka.client_config(), cfg.topics.all(), partitions, cfg.kafka.replication_factor
-    )
+    result = kafka_io.ensure_topics(cfg.kafka, cfg.topics.all(), args.partitions)
     for name, state in result.items():
         _out(f"{name}: {state}")
     return 0
@@ -138,7 +113,7 @@ def cmd_chaos(cfg: Settings, args: argparse.Namespace) -> int:
 
     plan = ChaosPlan(requests=args.requests, rate=args.rate, kills=args.kills,
                      broker_restarts=args.broker_restarts, rescales=args.rescales, seed=args.seed,
-                     cluster=args.cluster)
+                     cluster=args.cluster, brokers=args.brokers, broker_kills=args.broker_kills)
     return 0 if run_chaos(plan, _out).ok else 1
 
 
@@ -148,9 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("kafka", help="the local broker")
-    p.add_argument("action", choices=["start", "stop", "status"])
-    p.set_defaults(func=cmd_kafka)
+    from dedupctl import kafka_cmd
+
+    kafka_cmd.add_parser(sub)
 
     p = sub.add_parser("topics", help="create every topic of the data contract")
     p.add_argument("action", choices=["create"])
@@ -194,7 +169,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--requests", type=int, default=200_000)
     p.add_argument("--rate", type=int, default=1000, help="records produced per second")
     p.add_argument("--kills", type=int, default=20)
-    p.add_argument("--broker-restarts", type=int, default=1)
+    p.add_argument("--broker-restarts", type=int, default=1, help="SIGTERM and restart the broker (one node of N)")
+    p.add_argument("--brokers", type=int, default=1,
+                   help="nodes of the Kafka cluster: 3 gives every topic 3 replicas and min.insync.replicas 2")
+    p.add_argument("--broker-kills", type=int, default=0,
+                   help="SIGKILL the node leading the most partitions, keep it down 12-20 s, start it again")
     p.add_argument("--rescales", type=int, default=2)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--cluster", action="store_true",

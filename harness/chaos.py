@@ -3,9 +3,11 @@
 ``dedupctl chaos`` (and ``make chaos``) runs the job as a separate process (``dedupctl run``),
 produces a seeded stream, and while it flows kills the job with SIGKILL and restarts it with
 ``--resume latest``, stops and restarts the broker, and stops the job with a savepoint to resume
-it at another parallelism. Then it reads every output topic with read_committed and compares
-them with the reference model run on the same stream: nothing missing, nothing twice, nothing
-else. Any difference fails the run.
+it at another parallelism. With ``--brokers 3`` the broker is a cluster of three (every topic
+with 3 replicas and min.insync.replicas 2), and ``--broker-kills`` SIGKILLs one node mid-stream,
+keeps it down past the cluster's session timeout (its leaders move) and starts it again. Then it
+reads every output topic with read_committed and compares them with the reference model run on
+the same stream: nothing missing, nothing twice, nothing else. Any difference fails the run.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cluster import LocalCluster
-from harness.local_kafka import LocalBroker
+from harness.local_kafka import LocalCluster as KafkaCluster
 from harness.ports import free_port
 from harness.reference import diff_records, expected_records
 from harness.streamgen import Stream, StreamSpec, generate
@@ -44,7 +46,12 @@ class ChaosPlan:
     :param requests: records in the stream
     :param rate: records produced per second (event time advances like the wall clock)
     :param kills: SIGKILLs of the job process, each followed by ``run --resume latest``
-    :param broker_restarts: stops and restarts of the broker mid-stream
+    :param broker_restarts: stops (SIGTERM) and restarts of the broker (of one node) mid-stream
+    :param broker_kills: SIGKILLs of one node of the Kafka cluster (the one leading the most
+        partitions), started again after ``broker_down_s``
+    :param brokers: nodes of the Kafka cluster: 1, or 3 for replication 3 and min ISR 2
+    :param broker_down_s: a killed node stays down for a random time in this range: past
+        ``broker.session.timeout.ms`` (9 s), so that the cluster fences it and moves its leaders
     :param rescales: stops with a savepoint, resumed at the other parallelism (2 <-> 1)
     :param parallelism: parallelism of the first run
     :param seed: seeds the stream and the moments of the faults
@@ -64,6 +71,9 @@ class ChaosPlan:
     uptime_s: tuple[float, float] = (4.0, 12.0)
     settle_timeout_s: float = 600.0
     cluster: bool = False
+    broker_kills: int = 0
+    brokers: int = 1
+    broker_down_s: tuple[float, float] = (12.0, 20.0)
 
 
 @dataclass
@@ -72,6 +82,10 @@ class ChaosReport:
     expected: Counter[str] = field(default_factory=Counter)
     actual: Counter[str] = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
+    #: per broker kill: offsets the output topics made readable (read_committed) while the node was down
+    committed_while_down: list[int] = field(default_factory=list)
+    #: per broker kill: (time.monotonic() of the SIGKILL, of the node's answer after its restart)
+    broker_outages: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -255,7 +269,10 @@ def _normalised(records: dict[str, list[dict[str, Any]]], cfg: Settings) -> dict
 
 def read_outputs(cfg: Settings) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
-    for topic, records in kafka_io.read_outputs(cfg.kafka.client_config(), cfg.topics, idle_timeout_s=3).items():
+    # to the end of every partition: an idle gap (a leader that moved, a busy machine) once ended
+    # a read of three brokers' output early, and the run failed on records that were all there
+    client = cfg.kafka.client_config()
+    for topic, records in kafka_io.read_outputs(client, cfg.topics, idle_timeout_s=30, until_end=True).items():
         out[topic] = [value for _, value in records]
     for value in out[cfg.topics.invalid]:
         if not value["error"]:  # an invalid record must say why: make it differ from the model
@@ -263,7 +280,40 @@ def read_outputs(cfg: Settings) -> dict[str, list[dict[str, Any]]]:
     return _normalised(out, cfg)
 
 
-def run_chaos(plan: ChaosPlan, say: Callable[[str], None] = print, work: Path | None = None) -> ChaosReport:
+def kill_broker(kafka: KafkaCluster, cfg: Settings, rng: random.Random, down_s: tuple[float, float],
+                act: Callable[[str], None], report: ChaosReport) -> None:
+    """SIGKILL the node leading the most partitions, keep it down (for ``down_s``, and on until the
+    output topics have made something readable without it, at most 2 minutes more), start it
+    again and wait until every replica is back in sync; the report gets the outage and the
+    offsets the output topics made readable (read_committed) while the node was down."""
+    leaders = kafka.leaders(cfg.topics.all())
+    most = max(leaders.values())
+    node = rng.choice(sorted(k for k, n in leaders.items() if n == most))
+    client = cfg.kafka.client_config()
+    before = kafka_io.stable_offsets(client, cfg.topics.outputs())
+    killed_at = time.monotonic()
+    kafka.kill(node)
+    down = rng.uniform(*down_s)
+    act(f"SIGKILL broker node {node} (leader of {most} partitions); down for {down:.0f} s")
+    time.sleep(down)
+    committed = kafka_io.stable_offsets(client, cfg.topics.outputs()) - before
+    deadline = time.monotonic() + 120
+    while committed == 0 and time.monotonic() < deadline:  # a slow machine: the job is still fencing it
+        time.sleep(1)
+        committed = kafka_io.stable_offsets(client, cfg.topics.outputs()) - before
+    kafka.start_node(node)
+    report.broker_outages.append((killed_at, time.monotonic()))
+    report.committed_while_down.append(committed)
+    act(f"broker node {node} restarted after {time.monotonic() - killed_at:.0f} s; {committed} output offsets "
+        "committed while it was down")
+    kafka.wait_in_sync()
+    act(f"broker node {node} back in sync")
+
+
+def run_chaos(plan: ChaosPlan, say: Callable[[str], None] = print, work: Path | None = None,
+              kafka: KafkaCluster | None = None) -> ChaosReport:
+    """Run the plan; on ``kafka`` when given (of ``plan.brokers`` nodes, left running, its nodes
+    started again), else on a cluster of its own under ``work``."""
     work = work or Path(tempfile.mkdtemp(prefix="notify-dedup-chaos-"))
     rng = random.Random(plan.seed)
     report = ChaosReport()
@@ -274,15 +324,21 @@ def run_chaos(plan: ChaosPlan, say: Callable[[str], None] = print, work: Path | 
         report.actions.append(line)
         say(line)
 
-    broker = LocalBroker(home=work / "kafka", port=free_port(), controller_port=free_port())
-    broker.start()
+    own_kafka = kafka is None
+    kafka = kafka or KafkaCluster.on_free_ports(work / "kafka", plan.brokers)
+    if kafka.size != plan.brokers:
+        raise ValueError(f"the plan is for {plan.brokers} Kafka nodes, the cluster given has {kafka.size}")
+    kafka.start()
     rest_port = free_port()
     config_file = work / "chaos.toml"
-    config_file.write_text(chaos_settings(broker.bootstrap, work, rest_port))
+    config_file.write_text(chaos_settings(kafka.bootstrap, work, rest_port))
     from settings import load_settings
 
     cfg = load_settings(config_file, env={})
     kafka_io.create_topics(cfg.kafka.client_config(), cfg.topics.all(), 4)
+    held = kafka_io.topic_replication(cfg.kafka.client_config(), cfg.topics.requests)
+    act(f"kafka: {kafka.size} node(s); topics with 4 partitions, {held.factor} replicas, "
+        f"min.insync.replicas {held.min_insync}")
     spec = StreamSpec(requests=plan.requests, partitions=4, seed=plan.seed, step_ms=max(1, 1000 // plan.rate))
     stream = generate(spec)
     expected = expected_outputs(stream, cfg)
@@ -310,7 +366,8 @@ def run_chaos(plan: ChaosPlan, say: Callable[[str], None] = print, work: Path | 
         act(f"the job's watermark is past {at_least} and checkpointed: the late requests go out")
 
     producer_thread(cfg, stream, plan.rate, produced, before_late)
-    faults = ["kill"] * plan.kills + ["broker"] * plan.broker_restarts + ["rescale"] * plan.rescales
+    faults = (["kill"] * plan.kills + ["broker"] * plan.broker_restarts + ["broker-kill"] * plan.broker_kills
+              + ["rescale"] * plan.rescales)
     rng.shuffle(faults)
     try:
         for fault in faults:
@@ -330,11 +387,15 @@ def run_chaos(plan: ChaosPlan, say: Callable[[str], None] = print, work: Path | 
                 wait_running(rest)
                 act("resumed from the latest retained checkpoint")
             elif fault == "broker":
-                broker.stop()
-                act("broker stopped")
+                node = rng.randint(1, kafka.size) if kafka.size > 1 else 1  # one node: the seed's timings of before
+                kafka.stop_node(node)
+                act("broker stopped" if kafka.size == 1 else f"broker node {node} stopped")
                 time.sleep(rng.uniform(2, 5))
-                broker.start()
-                act("broker restarted")
+                kafka.start_node(node)
+                kafka.wait_in_sync()
+                act("broker restarted" if kafka.size == 1 else f"broker node {node} restarted, back in sync")
+            elif fault == "broker-kill":
+                kill_broker(kafka, cfg, rng, plan.broker_down_s, act, report)
             else:
                 job_id = wait_running(rest)
                 location = rest.stop_with_savepoint(job_id, str(cfg.flink.checkpoint_path()))
@@ -361,11 +422,13 @@ def run_chaos(plan: ChaosPlan, say: Callable[[str], None] = print, work: Path | 
         job.kill()
         if cluster is not None:
             cluster.stop()
-        broker.stop()
+        if own_kafka:
+            kafka.stop()
     report.actual = Counter({t: len(v) for t, v in actual.items()})
     report.problems = diff_records(expected, actual, cfg.topics)
-    kills = sum("SIGKILL" in a for a in report.actions)
-    act(f"done: {kills} kills, {plan.broker_restarts} broker restarts, {plan.rescales} savepoint rescales")
+    kills = sum("SIGKILL the job" in a or "SIGKILL TaskManager" in a for a in report.actions)
+    act(f"done: {kills} kills, {plan.broker_restarts} broker restarts, {plan.broker_kills} broker kills, "
+        f"{plan.rescales} savepoint rescales")
     for topic in cfg.topics.outputs():
         mark = "ok" if report.expected[topic] == report.actual[topic] else "DIFFERENT"
         say(f"  {topic:32} expected {report.expected[topic]:7}  read_committed {report.actual[topic]:7}  {mark}")

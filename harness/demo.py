@@ -97,9 +97,7 @@ def run_demo(base: Settings, say: Callable[[str], None] = print, keep: bool = Fa
         say(f"Starting a Kafka broker (KRaft) on {broker.bootstrap} ...")
         broker.start()
         cfg = demo_settings(base, broker.bootstrap, work)
-        created = kafka_io.create_topics(
-            cfg.kafka.client_config(), cfg.topics.all(), cfg.kafka.partitions, cfg.kafka.replication_factor
-        )
+        created = kafka_io.ensure_topics(cfg.kafka, cfg.topics.all())
         say(f"Created {len(created)} topics, {cfg.kafka.partitions} partitions each.")
         say("Starting the dedup job on the Flink mini-cluster (RocksDB, exactly-once) ...")
         client = run_job(cfg, detached=True)

@@ -38,6 +38,8 @@ def _empty_is_none(value: object) -> object:
 Flag = Annotated[bool, BeforeValidator(_flag)]
 #: an optional string; an empty value (``DEDUP_KAFKA_SASL_MECHANISM=``) clears it
 OptionalStr = Annotated[str | None, BeforeValidator(_empty_is_none)]
+#: an optional integer; an empty value clears it
+OptionalInt = Annotated[int | None, BeforeValidator(_empty_is_none)]
 #: an optional secret: shown as ``**********`` everywhere, ``.get_secret_value()`` reveals it
 OptionalSecret = Annotated[SecretStr | None, BeforeValidator(_empty_is_none)]
 

@@ -2,7 +2,26 @@
 
 from __future__ import annotations
 
-from settings.base import OptionalSecret, OptionalStr, Section
+from typing import Self
+
+from pydantic import Field, model_validator
+from pydantic_core import PydanticCustomError
+
+from settings.base import OptionalInt, OptionalSecret, OptionalStr, Section
+
+#: from this replication factor on, two replicas must have a record before it is acknowledged
+SAFE_REPLICATION = 3
+
+
+def default_min_insync(replication: int) -> int:
+    """``min.insync.replicas`` for a replication factor: 2 from 3 replicas on (one broker may be
+    lost without refusing a write or risking an acknowledged one), else 1."""
+    return 2 if replication >= SAFE_REPLICATION else 1
+
+
+def local_replication(brokers: int) -> int:
+    """The replication factor a local cluster of ``brokers`` nodes gives new and internal topics."""
+    return min(brokers, SAFE_REPLICATION)
 
 
 def jaas_quoted(value: str) -> str:
@@ -19,17 +38,28 @@ def jaas_quoted(value: str) -> str:
 class KafkaSettings(Section):
     """Kafka connection and the local broker.
 
-    :param bootstrap_servers: brokers the job and the tools talk to
+    :param bootstrap_servers: brokers the job and the tools talk to, comma-separated; unset (or
+        empty), every node of the local cluster (``local_brokers`` nodes from ``local_port``)
     :param security_protocol: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL
     :param sasl_mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 when SASL is used
     :param sasl_username: SASL user
     :param sasl_password: SASL password (a secret)
     :param ssl_ca_location: PEM file of the CA that signed the brokers' certificates
     :param partitions: partitions of each topic ``dedupctl topics create`` makes
-    :param replication_factor: replicas of each topic it makes
+    :param replication_factor: replicas of each topic the tools make (``topics create``, the
+        senders' and the API's topics); unset, the cluster's own ``default.replication.factor``
+        (read from a broker): what its operator chose, and never a count of the brokers that
+        happen to be alive while one is down
+    :param min_insync_replicas: ``min.insync.replicas`` of each topic they make: how many replicas
+        must have a record before an ``acks=all`` producer (the job's sink, the API) is told it is
+        written; unset, 2 with a replication factor of 3 or more, else 1
     :param group_id: consumer group of the dedup job's source
-    :param local_port: client port of ``dedupctl kafka start``
-    :param local_controller_port: KRaft controller port of the local broker
+    :param local_brokers: nodes of the local cluster ``dedupctl kafka start`` runs (KRaft, each
+        node broker and controller); 3 gives topics 3 replicas and a min.insync.replicas of 2
+    :param local_port: client port of the local cluster's first node; node k (from 1) listens
+        on ``local_port + 2(k-1)``
+    :param local_controller_port: KRaft controller port of the first node; node k's is
+        ``local_controller_port + 2(k-1)``
     :param sink_compression: compression.type of the job's sink (none, lz4, zstd, ...); lz4 or
         zstd trade the TaskManager's CPU for smaller topics
     :param sink_linger_ms: linger.ms of the job's sink: bigger producer batches, at most this
@@ -38,20 +68,53 @@ class KafkaSettings(Section):
         output record the dedup.* limits allow, and no output topic may take less (checked at start)
     """
 
-    bootstrap_servers: str = "127.0.0.1:9092"
+    bootstrap_servers: str = ""
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: OptionalStr = None
     sasl_username: OptionalStr = None
     sasl_password: OptionalSecret = None
     ssl_ca_location: OptionalStr = None
     partitions: int = 3
-    replication_factor: int = 1
+    replication_factor: OptionalInt = Field(default=None, ge=1)
+    min_insync_replicas: OptionalInt = Field(default=None, ge=1)
     group_id: str = "notify-dedup"
+    local_brokers: int = Field(default=1, ge=1)
     local_port: int = 9092
     local_controller_port: int = 9093
     sink_compression: str = "none"
     sink_linger_ms: int = 10
     sink_max_request_bytes: int = 1_048_576
+
+    @model_validator(mode="after")
+    def _local_cluster(self) -> Self:
+        ports = [p for node in self.local_nodes() for p in node]
+        if len(set(ports)) != len(ports):
+            raise PydanticCustomError(
+                "local_ports",
+                "local_port and local_controller_port give the {n} local nodes overlapping ports (node k"
+                " listens on local_port + 2(k-1) and local_controller_port + 2(k-1))",
+                {"n": self.local_brokers},
+            )
+        if self.replication_factor is not None and self.min_insync_replicas is not None \
+                and self.min_insync_replicas > self.replication_factor:
+            raise PydanticCustomError(
+                "min_insync",
+                "min_insync_replicas ({isr}) is above replication_factor ({rf}): no write could be acknowledged",
+                {"isr": self.min_insync_replicas, "rf": self.replication_factor},
+            )
+        if not self.bootstrap_servers:
+            # derived, not given: left out of the fields set, so that overrides derive it again
+            object.__setattr__(self, "bootstrap_servers", self.local_bootstrap())
+        return self
+
+    def local_nodes(self, brokers: int | None = None) -> list[tuple[int, int]]:
+        """(client port, controller port) of each node of the local cluster, node 1 first."""
+        n = self.local_brokers if brokers is None else brokers
+        return [(self.local_port + 2 * k, self.local_controller_port + 2 * k) for k in range(n)]
+
+    def local_bootstrap(self, brokers: int | None = None) -> str:
+        """Every node of the local cluster, as ``bootstrap.servers``."""
+        return ",".join(f"127.0.0.1:{port}" for port, _ in self.local_nodes(brokers))
 
     def client_config(self) -> dict[str, str]:
         """librdkafka (confluent-kafka) settings."""

@@ -90,11 +90,16 @@ class Settings(BaseSettings):
             raise config_error(exc, "the overrides") from None
 
     def _as_input(self) -> dict[str, Any]:
-        """Every section as the mapping it was validated from (secrets stay secret types)."""
+        """Every section as the mapping it was validated from (secrets stay secret types): the
+        settings it was given, so that what a section derives (``kafka.bootstrap_servers`` from
+        the local cluster's ports) is derived again from the overrides."""
         data: dict[str, Any] = {name: getattr(self, name) for name in type(self).model_fields}
         for name in section_fields(type(self)):
             section = data[name]
-            data[name] = section.by_role() if isinstance(section, Topics) else dict(section)
+            if isinstance(section, Topics):
+                data[name] = section.by_role()
+            else:
+                data[name] = {k: getattr(section, k) for k in section.model_fields_set}
         return data
 
 

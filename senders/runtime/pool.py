@@ -61,12 +61,7 @@ def sender_topics(
 def ensure_topics(
     cfg: Settings, channels: Iterable[Channel] = ALL_CHANNELS, lanes: Iterable[Lane] = ALL_LANES
 ) -> dict[str, str]:
-    return kafka_io.create_topics(
-        cfg.kafka.client_config(),
-        sender_topics(cfg, channels, lanes),
-        cfg.kafka.partitions,
-        cfg.kafka.replication_factor,
-    )
+    return kafka_io.ensure_topics(cfg.kafka, sender_topics(cfg, channels, lanes))
 
 
 def store_location(cfg: Settings) -> str:

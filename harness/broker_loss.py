@@ -1,0 +1,122 @@
+"""How long ``acks=all`` writes wait when one broker of a local cluster is lost.
+
+``python -m harness.broker_loss [--brokers 3] [--partitions 6] [--rounds 2]`` starts a cluster
+of its own, writes to every partition of a topic (replicas: the cluster's default) every 10 ms
+with an idempotent ``acks=all`` producer, and per round loses the node leading the most
+partitions, once by SIGKILL (a crash) and once by SIGTERM (a controlled shutdown), then starts
+it again. For each loss it prints, as JSON, how long the controller took to drop the node from
+the metadata and the longest acknowledgement per partition written around the loss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+
+from harness.local_kafka import LocalCluster
+from ops import kafka_io
+
+
+@dataclass(frozen=True)
+class Loss:
+    """One lost node: ``how`` (kill or stop), seconds until the metadata left it out, and the
+    longest acknowledgement of a record sent to each partition in the 30 s around it."""
+
+    how: str
+    node: int
+    fenced_after_s: float
+    longest_ack_s: dict[int, float]
+    failed: int
+
+
+class Writer(threading.Thread):
+    """Sends a record to every partition every 10 ms; keeps (sent at, acked after, partition)."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        super().__init__(daemon=True)
+        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": "true", "acks": "all",
+                                  "linger.ms": "1", "delivery.timeout.ms": "120000"})
+        self.topic, self.partitions = topic, partitions
+        self.acks: list[tuple[float, float, int]] = []
+        self.failed = 0
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            for p in range(self.partitions):
+                sent = time.monotonic()
+
+                def done(err: Any, _msg: Any, sent: float = sent, p: int = p) -> None:
+                    if err is not None:
+                        self.failed += 1
+                    else:
+                        self.acks.append((sent, time.monotonic() - sent, p))
+
+                self.producer.produce(self.topic, value=b"x", partition=p, on_delivery=done)
+            self.producer.poll(0)
+            time.sleep(0.01)
+        self.producer.flush(120)
+
+
+def lose_one(cluster: LocalCluster, writer: Writer, how: str) -> Loss:
+    leaders = cluster.leaders([writer.topic])
+    node = max(leaders, key=lambda k: leaders[k])
+    failed_before = writer.failed
+    at = time.monotonic()
+    if how == "kill":
+        cluster.kill(node)
+    else:
+        cluster.stop_node(node)
+    cluster.wait_brokers(cluster.size - 1, timeout_s=60, exactly=True)
+    fenced = time.monotonic() - at
+    time.sleep(max(0.0, 20 - fenced))  # writes go on with the node down
+    longest: dict[int, float] = {p: 0.0 for p in range(writer.partitions)}
+    for sent, took, p in list(writer.acks):
+        if at - 5 <= sent <= at + 25:
+            longest[p] = max(longest[p], round(took, 2))
+    cluster.start_node(node)
+    cluster.wait_in_sync()
+    return Loss(how, node, round(fenced, 2), longest, writer.failed - failed_before)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.broker_loss",
+                                     description="how long acks=all writes wait when a broker is lost")
+    parser.add_argument("--brokers", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args(argv)
+    home = Path(tempfile.mkdtemp(prefix="notify-dedup-broker-loss-"))
+    cluster = LocalCluster.on_free_ports(home, args.brokers)
+    cluster.start()
+    writer = None
+    try:
+        topic = f"broker-loss-{uuid.uuid4().hex[:8]}"
+        kafka_io.create_topics({"bootstrap.servers": cluster.bootstrap}, [topic], args.partitions)
+        writer = Writer(cluster.bootstrap, topic, args.partitions)
+        writer.start()
+        time.sleep(5)
+        for _ in range(args.rounds):
+            for how in ("kill", "stop"):
+                sys.stdout.write(json.dumps(asdict(lose_one(cluster, writer, how))) + "\n")
+                sys.stdout.flush()
+    finally:
+        if writer is not None:
+            writer.stop_event.set()
+            writer.join(150)
+        cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
