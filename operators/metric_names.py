@@ -125,6 +125,7 @@ SENDER_METRICS = (
     "sender_addresses_reactivated_total", "sender_worker_up", "sender_worker_restarts_total",
     "sender_rule_outcomes_total", "sender_store_pruned_total", "sender_store_transactions_total",
     "sender_calls_in_flight", "sender_loop_lag_seconds", SENDER_DELIVERIES, SENDER_ACCEPT_TO_PROVIDER, SENDER_COST,
+    "provider_auth_failures_total",
 )
 
 

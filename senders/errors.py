@@ -61,10 +61,20 @@ class ProviderRetryableError(ProviderError):
 
 class ProviderPermanentError(ProviderError):
     """Trying again cannot help. ``deactivate_address`` when the address itself is the cause
-    (unknown recipient, invalid number), so it is not tried again for any message."""
+    (unknown recipient, invalid number), so it is not tried again for any message.
+    ``credentials`` when the provider refused our credentials or our sender's identity (a key
+    revoked, a project that does not own the token): never the address's fault, and an operator's
+    to fix (``provider_auth_failures_total``, an alert)."""
 
     def __init__(
-        self, provider: str, reason: str, *, status_code: int | None = None, deactivate_address: bool = True
+        self,
+        provider: str,
+        reason: str,
+        *,
+        status_code: int | None = None,
+        deactivate_address: bool = True,
+        credentials: bool = False,
     ) -> None:
         super().__init__(provider, reason, status_code=status_code)
-        self.deactivate_address = deactivate_address
+        self.deactivate_address = deactivate_address and not credentials
+        self.credentials = credentials

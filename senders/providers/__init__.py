@@ -1,7 +1,9 @@
 """Providers, chosen by configuration (``senders.<channel>_primary`` / ``_secondary``): an
-http(s) URL (this project's JSON contract), ``smtp``, ``outbox``, ``twilio`` (SMS: Twilio's
-Messages API), ``sendgrid`` (email: SendGrid's v3 mail send), or ``fake``. docs/senders.md has
-each one's settings and answers."""
+http(s) URL (this project's JSON contract), ``smtp``, ``outbox``, ``fcm`` (push: Firebase Cloud
+Messaging HTTP v1), ``apns`` (push: Apple Push Notification service), ``twilio`` (SMS: Twilio's
+Messages API), ``sendgrid`` (email: SendGrid's v3 mail send), or ``fake``. A spec names the
+settings its provider reads (``[senders.fcm]``, ``[senders.twilio]``...: settings/providers.py,
+settings/sms_email.py); docs/senders.md has each one's settings and answers."""
 
 from __future__ import annotations
 
@@ -11,20 +13,27 @@ from urllib.parse import urlsplit
 from operators.errors import ConfigError
 from senders.policy.recipients import RecipientRules, rules_by_provider
 from senders.providers import sendgrid, twilio
+from senders.providers.apns import ApnsProvider
 from senders.providers.base import Provider, Receipt
+from senders.providers.credentials import ApnsSigningKey, ServiceAccount, read_secret
 from senders.providers.fake import Behaviour, FakeProvider, Received
+from senders.providers.fcm import FcmProvider
 from senders.providers.http import HttpProvider
 from senders.providers.outbox import OutboxProvider
 from senders.providers.outbox_files import outbox_root
+from senders.providers.push import PushOptions
 from senders.providers.sendgrid import SendGridProvider
 from senders.providers.smtp import SmtpProvider
 from senders.providers.twilio import TwilioProvider
 from senders.runtime.metrics import Metrics
 from settings import SendersSettings
+from settings.providers import PushSettings
 
 __all__ = [
+    "ApnsProvider",
     "Behaviour",
     "FakeProvider",
+    "FcmProvider",
     "HttpProvider",
     "OutboxProvider",
     "Provider",
@@ -40,7 +49,7 @@ __all__ = [
 
 
 #: what a provider setting may name (the message of a missing or unknown one says it)
-PROVIDER_SPECS = "an http(s):// URL, 'smtp', 'outbox', 'twilio', 'sendgrid' or 'fake'"
+PROVIDER_SPECS = "an http(s):// URL, 'smtp', 'outbox', 'fcm', 'apns', 'twilio', 'sendgrid' or 'fake'"
 
 
 def provider_label(spec: str) -> str:
@@ -91,6 +100,10 @@ def build_provider(
             max_connections=max_connections or settings.max_in_flight,
             http2=settings.http2,
         )
+    if spec == "fcm":
+        return _fcm(name, settings, metrics, max_connections or settings.max_in_flight)
+    if spec == "apns":
+        return _apns(name, settings, metrics, max_connections or settings.max_in_flight)
     if spec == "smtp":
         return SmtpProvider(
             name=name,
@@ -141,3 +154,39 @@ def build_provider(
             http2=settings.http2,
         )
     raise ConfigError(f"unknown provider {redacted(spec)!r}: expected {PROVIDER_SPECS}")
+
+
+def _push_options(table: PushSettings) -> PushOptions:
+    return PushOptions(ttl_s=table.ttl_s, code_ttl_s=table.code_ttl_s)
+
+
+def _fcm(name: str, settings: SendersSettings, metrics: Metrics, max_connections: int) -> FcmProvider:
+    fcm = settings.fcm
+    key = read_secret("senders.fcm", fcm.service_account_file, fcm.service_account_json)
+    return FcmProvider(
+        name=name,
+        account=ServiceAccount.parse(key),
+        project_id=fcm.project_id,
+        base_url=fcm.base_url,
+        timeout_s=settings.http_timeout_ms / 1000,
+        ca_file=settings.http_ca_file or None,
+        options=_push_options(fcm),
+        metrics=metrics,
+        max_connections=max_connections,
+    )
+
+
+def _apns(name: str, settings: SendersSettings, metrics: Metrics, max_connections: int) -> ApnsProvider:
+    apns = settings.apns
+    pem = read_secret("senders.apns", apns.key_file, apns.key)
+    return ApnsProvider(
+        name=name,
+        key=ApnsSigningKey.parse(pem, team_id=apns.team_id, key_id=apns.key_id),
+        topic=apns.topic,
+        base_url=apns.base_url,
+        timeout_s=settings.http_timeout_ms / 1000,
+        ca_file=settings.http_ca_file or None,
+        options=_push_options(apns),
+        metrics=metrics,
+        max_connections=max_connections,
+    )

@@ -76,13 +76,23 @@ class Provider(ABC):
             raise
         except ProviderPermanentError as exc:
             outcome = "permanent"
-            logger.debug(
-                "%s rejected %s (permanent): %s",
-                self.name,
-                message_key,
-                exc.reason,
-                extra={"message_key": message_key, "provider": self.name},
-            )
+            if exc.credentials:  # an operator's to fix: counted for the alert, and said
+                self.metrics.inc("provider_auth_failures_total", provider=self.name, channel=channel.value)
+                logger.warning(
+                    "%s refused our credentials on %s: %s",
+                    self.name,
+                    message_key,
+                    exc.reason,
+                    extra={"message_key": message_key, "provider": self.name},
+                )
+            else:
+                logger.debug(
+                    "%s rejected %s (permanent): %s",
+                    self.name,
+                    message_key,
+                    exc.reason,
+                    extra={"message_key": message_key, "provider": self.name},
+                )
             raise
         except ProviderError:
             outcome = "transient"

@@ -84,10 +84,14 @@ class HttpxTransport:
     """httpx's AsyncClient (HTTP/2 when the server offers it through ALPN): one client per
     provider, its pool bounded, its timeouts one object."""
 
-    def __init__(self, *, base_url: str, tls: ssl.SSLContext, max_connections: int, timeout_s: float) -> None:
-        """``tls``: a verifying context (made once: loading the CAs takes a while)."""
+    def __init__(
+        self, *, base_url: str, tls: ssl.SSLContext, max_connections: int, timeout_s: float, http1: bool = True
+    ) -> None:
+        """``tls``: a verifying context (made once: loading the CAs takes a while); ``http1``
+        False: HTTP/2 only (over ``http://``, h2c with prior knowledge)."""
         self._base = base_url
         self._client = httpx.AsyncClient(
+            http1=http1,
             http2=True,
             verify=tls,
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
