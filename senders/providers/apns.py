@@ -99,6 +99,7 @@ def outcome(provider: str, reply: HttpReply, sent_id: str) -> str:
 class ApnsProvider(Provider):
     """APNs for one app (topic), its provider token shared by every call."""
 
+    protocol = "apns-http2"
     deadline_setting = "http_timeout_ms"
 
     def __init__(

@@ -137,6 +137,7 @@ def _reference(body: bytes) -> str | None:
 class FcmProvider(Provider):
     """FCM HTTP v1 for one project, its access token shared by every call."""
 
+    protocol = "fcm-http-v1"
     deadline_setting = "http_timeout_ms"
 
     def __init__(

@@ -86,6 +86,7 @@ class SendGridProvider(Provider):
     """One SendGrid account: its ``api_key`` (a secret), the ``sender`` address, and the
     unsubscribe link's base URL and signing key (required: every marketing email carries it)."""
 
+    protocol = "sendgrid-v3"
     deadline_setting = "http_timeout_ms"
 
     def __init__(

@@ -75,6 +75,7 @@ class TwilioProvider(Provider):
     """One Twilio account: ``account_sid`` and its ``auth_token`` (a secret), a sender
     (``sender`` or ``messaging_service_sid``), the ``status_callback`` URL (empty: none)."""
 
+    protocol = "twilio-messages"
     deadline_setting = "http_timeout_ms"
 
     def __init__(

@@ -215,5 +215,6 @@ def _providers(cls: type[Provider]) -> list[type[Provider]]:
 def test_every_provider_names_its_protocol() -> None:
     protocols = {cls.__name__: cls.protocol for cls in _providers(Provider) if cls.__module__.startswith("senders.")}
     assert {"HttpProvider": "http", "SmtpProvider": "smtp", "FakeProvider": "fake",
-            "OutboxProvider": "outbox"}.items() <= protocols.items()
+            "OutboxProvider": "outbox", "FcmProvider": "fcm-http-v1", "ApnsProvider": "apns-http2",
+            "TwilioProvider": "twilio-messages", "SendGridProvider": "sendgrid-v3"}.items() <= protocols.items()
     assert all(protocols.values()), protocols  # no adapter without one
