@@ -172,6 +172,20 @@ def _counting(metrics: Metrics, channel: Channel, lane: Lane) -> Callable[[], No
     return count
 
 
+def _without_frames(exc: BaseException) -> BaseException:
+    """The failure as kept in ``errors``: without its tracebacks (and its causes'). A traceback
+    keeps the failed run's frames, so its Kafka clients: a producer whose init_transactions
+    failed would stay alive and reconnect to a broker that is gone for as long as the pool is
+    kept (librdkafka's "Connect ... refused" lines long after the outage)."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        link.__traceback__ = None
+        link = link.__cause__ or link.__context__
+    return exc
+
+
 def _is_fenced(exc: BaseException) -> bool:
     error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
     return isinstance(error, KafkaError) and error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED)
@@ -289,14 +303,14 @@ class SenderPool:
                     await worker.run(self.stop_event)
                     return
                 except Exception as exc:  # noqa: BLE001 - any failure: back off and start again
-                    self.errors.append(exc)
+                    logger.debug("%s failure", worker.name, exc_info=True)
+                    self.errors.append(_without_frames(exc))
                     self.metrics.set("sender_worker_up", 0, **labels)
                     if _is_fenced(exc) and await asyncio.to_thread(self._fenced_for_good, worker, fences):
                         return
                     failures = self.restarts.failures_after(failures, (time.monotonic() - started) * 1000)
                     delay = self.restarts.delay_ms(failures) / 1000
                     logger.warning("%s failed (%s): starting again in %.1f s", worker.name, _describe(exc), delay)
-                    logger.debug("%s failure", worker.name, exc_info=True)
                     self.metrics.inc("sender_worker_restarts_total", **labels)
                     await self._pause(delay)
         finally:
