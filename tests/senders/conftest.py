@@ -32,6 +32,7 @@ from senders.templates.options import TemplateOptions
 from senders.templates.render import EmailContent, PushContent, Rendered, SmsContent
 from senders.templates.sms import SmsEncoding
 from settings import REPO_ROOT, Settings
+from tests.senders.tls import Pki, make_pki
 
 #: the tests' contact keys (one pair per test session)
 CONTACT_KEYS = {"contact_encryption_keys": generate_key(), "contact_lookup_keys": generate_key()}
@@ -255,3 +256,9 @@ def wait_until(
             return
         time.sleep(interval_s)
     raise AssertionError(f"not within {timeout_s:g} s: {what() if callable(what) else what}")
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Pki:
+    """A throwaway CA and a localhost certificate it signed (the protocol servers' TLS)."""
+    return make_pki(tmp_path / "pki")

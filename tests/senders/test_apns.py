@@ -24,15 +24,10 @@ from settings import load_settings
 from tests.senders.apns_server import ApnsServer
 from tests.senders.h2_server import Clock
 from tests.senders.push_helpers import CODE_BODY, code_message, in_order, push, send_all, send_one
-from tests.senders.tls import Pki, make_pki
+from tests.senders.tls import Pki
 
 DEVICE = "a" * 64
 OTHER = "b" * 64
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> Pki:
-    return make_pki(tmp_path / "pki")
 
 
 @pytest.fixture

@@ -22,14 +22,9 @@ from settings import load_settings
 from tests.senders.fcm_server import FcmServer, new_key
 from tests.senders.h2_server import Clock
 from tests.senders.push_helpers import CODE_BODY, code_message, in_order, push, send_all, send_one
-from tests.senders.tls import Pki, make_pki
+from tests.senders.tls import Pki
 
 DEVICE = "fcm-device-token-1"
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> Pki:
-    return make_pki(tmp_path / "pki")
 
 
 @pytest.fixture

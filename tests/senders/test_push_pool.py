@@ -17,7 +17,7 @@ from tests.senders.apns_server import ApnsServer
 from tests.senders.conftest import SettingsFactory, channel_message, produce_messages, read_records, wait_until
 from tests.senders.fcm_server import FcmServer
 from tests.senders.h2_server import H2Server
-from tests.senders.tls import Pki, make_pki
+from tests.senders.tls import Pki
 
 pytestmark = pytest.mark.integration
 PUSH = Channel.PUSH
@@ -30,11 +30,6 @@ ANSWERS = {"fcm": ("UNREGISTERED", "SENDER_ID_MISMATCH"), "apns": ("Unregistered
 @pytest.fixture(params=["fcm", "apns"])
 def spec(request: pytest.FixtureRequest) -> str:
     return str(request.param)
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> Pki:
-    return make_pki(tmp_path / "pki")
 
 
 @pytest.fixture

@@ -28,11 +28,6 @@ from tests.senders.fake_http import FakeHttpProvider
 from tests.senders.tls import Pki, make_pki
 
 
-@pytest.fixture
-def pki(tmp_path: Path) -> Pki:
-    return make_pki(tmp_path / "pki")
-
-
 def _send(provider: HttpProvider | SmtpProvider, to: str = "+15550100", channel: Channel = Channel.SMS) -> Any:
     return send_now(provider, to=to, message_key="k1:sms", message=sample_message(channel))
 
