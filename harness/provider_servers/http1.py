@@ -1,11 +1,12 @@
-"""A local HTTP/1.1 server for the providers' protocol stubs: an asyncio server on a thread of its
-own (keep-alive, many connections), each request handed to ``handle`` with its method, target,
-headers (names in lower case) and body. Subclasses speak one provider's protocol."""
+"""A local HTTP/1.1 server under the protocol servers of Twilio and SendGrid: an asyncio server on
+a thread of its own (keep-alive, many connections), each request handed to ``handle`` with its
+method, target, headers (names in lower case) and body. Subclasses speak one provider's protocol."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,7 @@ class Request:
     target: str
     headers: dict[str, str]
     body: bytes
+    at: float = field(default_factory=time.time)  # when it arrived
 
 
 @dataclass
