@@ -141,7 +141,7 @@ def evaluate(samples: Mapping[str, Sequence[Sample]]) -> list[SloResult]:
         fast = _within(senders, hist, 60.0, lane="normal", category="transactional")
         out.append(SloResult(TRANSACTIONAL, tx - fast, tx))
         dead = _sum(senders, names.SENDER_DEAD_LETTERS)
-        sent = _sum(senders, names.SENDER_SENDS, outcome="sent")
+        sent = _sum(senders, names.SENDER_DELIVERIES, outcome="sent")
         out.append(SloResult(DEAD_LETTERS, dead, sent + dead))
     return out
 

@@ -51,8 +51,8 @@ def _senders() -> Metrics:
     for _ in range(50):  # a campaign's, slow: not transactional
         m.observe("sender_accept_to_provider_seconds", 3600.0, ACCEPT_TO_PROVIDER_BUCKETS, channel="email",
                   lane="normal", category="marketing")
-    m.inc("sender_sends_total", 1998, channel="sms", lane="normal", outcome="sent", provider="sms-a")
-    m.inc("sender_sends_total", 7, channel="sms", lane="normal", outcome="transient", provider="sms-a")
+    m.inc("sender_deliveries_total", 1998, channel="sms", lane="normal", outcome="sent", provider="sms-a")
+    m.inc("sender_deliveries_total", 7, channel="sms", lane="normal", outcome="retried", provider="sms-a")
     m.inc("sender_dead_letters_total", 2, channel="sms", lane="normal", reason="max_attempts")
     m.inc("sender_cost_units_total", 9.99, channel="sms", provider="sms-a")
     return m
