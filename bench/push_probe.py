@@ -108,7 +108,8 @@ def main() -> None:
         print(json.dumps({
             "protocol": args.protocol, "calls": args.calls, "ok": ok, "latency_ms": args.latency_ms,
             "in_flight": args.in_flight, "calls_per_s": round(ok / wall, 1),
-            "cpu_us_per_call": round(cpu / max(1, args.calls) * 1e6), "stub_cpu_us_per_call": round(stub_cpu / max(1, args.calls) * 1e6),
+            "cpu_us_per_call": round(cpu / max(1, args.calls) * 1e6),
+            "stub_cpu_us_per_call": round(stub_cpu / max(1, args.calls) * 1e6),
             "stub_peak_in_flight": push.get("peak_in_flight"),
             "stub_distinct_keys": push.get("distinct_keys"), "h2_connections": summary.get("h2_connections"),
         }))
