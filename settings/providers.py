@@ -25,10 +25,14 @@ class PushSettings(Section):
         dropped by the provider (FCM ``android.ttl``, APNs ``apns-expiration``); one already
         older is not sent (permanent, the address kept). At most 28 days (FCM's bound)
     :param code_ttl_s: the same for one-time codes (a code is worth nothing after it lapses)
+    :param streams_per_connection: the most calls open at once on one HTTP/2 connection; more
+        calls open more connections, up to the calls the workers may have open divided by this.
+        At most 100 (httpx's own cap per connection; FCM's front ends allow 100, APNs ~1,000)
     """
 
     ttl_s: int = Field(default=28 * DAY_S, ge=1, le=28 * DAY_S)
     code_ttl_s: int = Field(default=600, ge=1, le=28 * DAY_S)
+    streams_per_connection: int = Field(default=100, ge=1, le=100)
 
 
 class FcmSettings(PushSettings):

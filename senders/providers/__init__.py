@@ -173,6 +173,7 @@ def _fcm(name: str, settings: SendersSettings, metrics: Metrics, max_connections
         options=_push_options(fcm),
         metrics=metrics,
         max_connections=max_connections,
+        streams_per_connection=fcm.streams_per_connection,
     )
 
 
@@ -189,4 +190,5 @@ def _apns(name: str, settings: SendersSettings, metrics: Metrics, max_connection
         options=_push_options(apns),
         metrics=metrics,
         max_connections=max_connections,
+        streams_per_connection=apns.streams_per_connection,
     )

@@ -114,6 +114,7 @@ class ApnsProvider(Provider):
         options: PushOptions | None = None,
         metrics: Metrics | None = None,
         max_connections: int = 100,
+        streams_per_connection: int = 100,
         clock: Callable[[], float] = time.time,
         transport: Transport | None = None,
     ) -> None:
@@ -129,7 +130,8 @@ class ApnsProvider(Provider):
         self._clock = clock
         self.tokens = ProviderTokens(key)
         self._transport = transport or http2_transport(
-            origin=origin, ca_file=ca_file, max_connections=max_connections, timeout_s=timeout_s
+            origin=origin, ca_file=ca_file, max_connections=max_connections, timeout_s=timeout_s,
+            streams=streams_per_connection
         )
 
     def __repr__(self) -> str:

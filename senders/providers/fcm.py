@@ -152,6 +152,7 @@ class FcmProvider(Provider):
         options: PushOptions | None = None,
         metrics: Metrics | None = None,
         max_connections: int = 100,
+        streams_per_connection: int = 100,
         clock: Clock = time.time,
         transport: Transport | None = None,
         token_transport: Transport | None = None,
@@ -171,7 +172,8 @@ class FcmProvider(Provider):
                                        clock=clock, transport=token_transport)
         self.tokens = AccessTokens(self._endpoint.fetch, clock)
         self._transport = transport or http2_transport(
-            origin=origin, ca_file=ca_file, max_connections=max_connections, timeout_s=timeout_s, http1=True
+            origin=origin, ca_file=ca_file, max_connections=max_connections, timeout_s=timeout_s,
+            streams=streams_per_connection, http1=True
         )
 
     def __repr__(self) -> str:

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from operators.errors import ConfigError
 from senders.providers.endpoint import HttpxTransport, Transport
+from senders.providers.h2_pool import StreamPool
 from senders.providers.http1 import HttpReply
 from senders.providers.tls import tls_context
 
@@ -75,12 +76,15 @@ class LoopTransport:
 
 
 def http2_transport(*, origin: str, ca_file: str | None, max_connections: int, timeout_s: float,
-                    http1: bool = False) -> LoopTransport:
+                    http1: bool = False, streams: int = 100) -> LoopTransport:
     """HTTP/2 to ``origin``: over TLS (ALPN; ``http1`` allows a fallback to HTTP/1.1), or h2c
-    with prior knowledge for ``http://``."""
+    with prior knowledge for ``http://``. ``max_connections``: the calls open at once, spread
+    ``streams`` at most to a connection (``h2_pool.StreamPool``)."""
     tls = tls_context(ca_file)  # made once: loading the CAs takes a while
     cleartext = origin.startswith("http://")
-    return LoopTransport(lambda: HttpxTransport(
-        base_url=origin, tls=tls, max_connections=max_connections, timeout_s=timeout_s,
-        http1=http1 and not cleartext,
-    ))
+
+    def connection() -> Transport:
+        return HttpxTransport(base_url=origin, tls=tls, max_connections=1, timeout_s=timeout_s,
+                              http1=http1 and not cleartext)
+
+    return LoopTransport(lambda: StreamPool(connection, calls=max_connections, streams=streams))
