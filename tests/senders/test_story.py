@@ -72,8 +72,20 @@ def test_the_story_end_to_end(
     # the local servers got exactly these calls, each through its provider's protocol, with the
     # rendered messages: the gateway's two 503s and then its message, the bad mailbox's 400
     world = story.world
-    assert world.fcm.sends() == [] and world.fcm.token_requests() == []
     key_of = {(nid, ch): key for key, (nid, _, ch) in story.messages.items()}
+    # Bruno's order update by push: one FCM send with one access token from the token endpoint
+    [token_request] = world.fcm.token_requests()
+    assert dict(parse_qsl(token_request.body.decode()))["grant_type"] == "urn:ietf:params:oauth:grant-type:jwt-bearer"
+    [push] = world.fcm.sends()
+    assert push.method == "POST" and push.path == f"/v1/projects/{world.fcm.project}/messages:send"
+    assert push.headers["authorization"].removeprefix("Bearer ") in world.fcm.issued
+    message = push.json()["message"]
+    assert (message["token"], message["notification"], message["data"]) == (
+        "tok-bruno-1", {"title": "Your order is on its way", "body": "Your order 1001 is on its way."},
+        {"message_key": key_of[("n-1", "push")]},
+    )
+    assert by_message[("n-1", "push")].provider == "fcm"
+    assert str(by_message[("n-1", "push")].provider_ref).startswith(f"projects/{world.fcm.project}/messages/0:")
     bruno = "+351912000002"
     twilio_basic = "Basic " + base64.b64encode(f"{world.twilio.account_sid}:{world.twilio.auth_token}".encode()).decode()
     tries = world.twilio.requests
@@ -113,18 +125,19 @@ def test_the_story_end_to_end(
 
     # what the demo prints: each rule by name, and no parameter or address
     text = "\n".join(lines)
-    assert "n-1  u-bruno  push  attempt 1: skipped (no_address)" in text
+    assert "n-1  u-bruno  push  attempt 1: sent via fcm [order_shipped v2 en]" in text
+    assert "n-4  u-chen   push  attempt 1: skipped (no_address)" in text
     assert "n-4  u-chen   email attempt 1: skipped (opted_out)" in text
     assert "n-8  u-chen   sms   attempt 1: rejected (missing_parameter: pct)" in text
     assert "(quiet_hours) until 08:00" in text and story.zone in text
     # and which protocol each channel used: the providers its dispatcher was built with, and their calls
     assert story.protocols == [
-        "  push  primary fcm-http-v1 (fcm), 0 calls",
+        "  push  primary fcm-http-v1 (fcm), 1 call",
         "  sms   primary twilio-messages (twilio), 3 calls",
         "  email primary sendgrid-v3 (sendgrid), 2 calls",
     ]
     assert "The protocol each channel used" in text and all(line in lines for line in story.protocols)
     logged = "\n".join(r.getMessage() for r in caplog.records)
     keys = (world.twilio.auth_token, world.sendgrid.api_key, "PRIVATE KEY")
-    for secret in ("1001", "12.50", "+351", "+880", "+86", "@example.com", "mailbox.invalid", "tok-amina", "% off", *keys):
+    for secret in ("1001", "12.50", "+351", "+880", "+86", "@example.com", "mailbox.invalid", "tok-amina", "tok-bruno", "% off", *keys):
         assert secret not in text and secret not in logged
