@@ -155,8 +155,13 @@ class Dispatcher:
             self._seat_freed.set()
 
     async def room(self, within_s: float) -> None:
-        """Returns once a promised call has ended (a seat may be free), or after ``within_s``:
-        what a claimer that was promised nothing waits for before it asks again."""
+        """What a claimer that was promised nothing waits for before it asks again: while the
+        provider's seats are all taken, until a promised call ends (at most ``within_s``);
+        otherwise (the bucket is empty) ``within_s``."""
+        capacity = self._next_provider().capacity
+        if capacity is None or self._seated < capacity:
+            await asyncio.sleep(within_s)
+            return
         self._seat_freed.clear()
         try:
             await asyncio.wait_for(self._seat_freed.wait(), within_s)
