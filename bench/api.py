@@ -1,5 +1,5 @@
 """The API's accept latency: ``python -m bench.api [--rates 1000,2000] [--seconds 30] [--processes N]
-[--store sqlite|postgresql] [--label NAME] [--profile]`` (``make bench``).
+[--store sqlite|postgresql] [--brokers 3 --kill-at S] [--label NAME] [--profile]`` (``make bench``).
 
 A local broker, a store (a SQLite file, or a local PostgreSQL server), and the API (``dedupctl api
 run``, its own process or processes) on it; then, for each rate, a load generator in a process of
@@ -15,6 +15,11 @@ the machine's load average (the figures of a shared machine are preliminary). ``
 records each API process with py-spy during the phase (wall clock, idle included) and reports
 what its threads were doing. Written to ``bench/results/api-<date>-<label>.json``. The
 design's targets: p99 < 50 ms at 1,000/s, < 100 ms at 2,000/s, no errors.
+
+``--brokers 3 --kill-at S`` runs on three local brokers (replication 3, min ISR 2) and SIGKILLs,
+``S`` seconds into each phase, the node leading most of the requests topic's partitions; it is
+started again once the cluster has fenced it. The phase reports when the node was fenced, so the
+answers of the outage (503s past ``api.ack_timeout_ms``, or slow 202s) can be read against it.
 """
 
 from __future__ import annotations
@@ -190,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
     from api.tables import prepare
     from api.tokens import create_caller
     from bench import api_scrape
-    from harness.local_kafka import LocalBroker
+    from harness.local_kafka import LocalCluster
     from harness.local_postgres import LocalPostgres
     from harness.ports import free_port
     from harness.settings_file import write_settings
@@ -202,11 +207,11 @@ def run(args: argparse.Namespace) -> int:
     from settings import Settings
 
     home = Path(tempfile.mkdtemp(prefix="bench-api-"))
-    broker = LocalBroker(home=home / "kafka", port=free_port(), controller_port=free_port())
+    cluster = LocalCluster.on_free_ports(home / "kafka", args.brokers)
     postgres: LocalPostgres | None = None
     api_proc: subprocess.Popen[bytes] | None = None
     phases: list[dict[str, Any]] = []
-    broker.start()
+    cluster.start()
     try:
         location = str(home / "status.sqlite3")
         if args.store == "postgresql":
@@ -214,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
             location = postgres.create_database("bench")
         extra = overrides(args.set)
         cfg = Settings().with_overrides(
-            kafka={"bootstrap_servers": broker.bootstrap, "partitions": 3},
+            kafka={"bootstrap_servers": cluster.bootstrap, "partitions": 3},
             senders={"status_store": location, "contact_encryption_keys": generate_key(),
                      "contact_lookup_keys": generate_key()},
             api={"port": free_port(), "default_rate_per_sec": 1e6,
@@ -242,8 +247,8 @@ def run(args: argparse.Namespace) -> int:
         url = f"http://127.0.0.1:{cfg.api.port}"
         _wait_ready(url, api_proc, home / "api.log")
         api_tree = Processes(api_proc.pid)
-        broker_pid = broker.pid()
-        broker_tree = Processes(broker_pid) if broker_pid else None
+        broker_pid = cluster.nodes[0].pid()
+        broker_tree = Processes(broker_pid) if broker_pid and cluster.size == 1 else None
         if args.warmup:
             _generator(url, token, args.rates[0] / 2, args.warmup, args)
         for rate in args.rates:
@@ -253,7 +258,14 @@ def run(args: argparse.Namespace) -> int:
             serving = api_tree.serving()
             threads_before = {pid: thread_cpu(pid) for pid in serving}
             spies = _profile(serving, args.seconds, home, f"{rate:g}") if args.profile else []
+            loss: dict[str, Any] = {}
+            killer = threading.Thread(target=_lose_a_broker, args=(cluster, cfg.topics.requests, args.kill_at, loss),
+                                      daemon=True) if args.kill_at is not None else None
+            if killer is not None:
+                killer.start()
             summary = _generator(url, token, rate, args.seconds, args)
+            if killer is not None:
+                killer.join(300)
             used_api = api_tree.cpu_s() - cpu_api
             used_broker = (broker_tree.cpu_s() if broker_tree else 0.0) - cpu_broker
             after = api_scrape.scrape(url)
@@ -271,6 +283,7 @@ def run(args: argparse.Namespace) -> int:
                 "load_average": [round(load_start, 2), round(os.getloadavg()[0], 2)],
                 "cpus": psutil.cpu_count(),
                 "api_metrics": metrics,
+                **({"broker_loss": loss} if killer is not None else {}),
             }
             if args.profile:
                 phase["profile"] = {str(pid): profile_summary(home / f"pyspy-{rate:g}-{pid}.txt")
@@ -282,7 +295,7 @@ def run(args: argparse.Namespace) -> int:
         if api_proc is not None:
             api_proc.terminate()
             api_proc.wait(60)
-        broker.stop()
+        cluster.stop()
         if postgres is not None:
             postgres.stop()
         if not args.profile:
@@ -291,7 +304,8 @@ def run(args: argparse.Namespace) -> int:
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "label": args.label,
         "config": {"processes": args.processes, "store": args.store, "connections": args.connections,
                    "users": args.users, "seconds": args.seconds, "warmup_s": args.warmup, "set": args.set,
-                   "store_threads": args.store_threads or None},
+                   "store_threads": args.store_threads or None, "brokers": args.brokers,
+                   "kill_at_s": args.kill_at},
         "command": "python -m bench.api " + " ".join(sys.argv[1:]),
         "phases": phases,
     }
@@ -301,6 +315,22 @@ def run(args: argparse.Namespace) -> int:
     out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     sys.stdout.write(f"-> {out.relative_to(REPO)}\n")
     return 0 if all(p["errors"] == 0 for p in phases) else 1
+
+
+def _lose_a_broker(cluster: Any, topic: str, after_s: float, into: dict[str, Any]) -> None:
+    """SIGKILL the node leading most of ``topic``'s partitions ``after_s`` into the phase, time
+    until the cluster fences it, then start it again and wait until every replica is in sync."""
+    time.sleep(after_s)
+    leaders = cluster.leaders([topic])
+    victim = max(leaders, key=lambda k: leaders[k])
+    killed = time.monotonic()
+    cluster.kill(victim)
+    cluster.wait_brokers(cluster.size - 1, timeout_s=120, exactly=True)
+    fenced = time.monotonic()
+    cluster.start_node(victim)
+    cluster.wait_in_sync()
+    into.update(node=victim, led_partitions=leaders[victim], killed_at_s=after_s,
+                fenced_after_s=round(fenced - killed, 2), back_in_sync_after_s=round(time.monotonic() - killed, 2))
 
 
 def _print_phase(p: dict[str, Any]) -> None:
@@ -370,12 +400,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat-share", type=float, default=0.0, help="share of requests repeating an earlier one")
     parser.add_argument("--processes", type=int, default=1, help="API processes on the port (api run --processes)")
     parser.add_argument("--store", choices=("sqlite", "postgresql"), default="sqlite")
+    parser.add_argument("--brokers", type=int, default=1, help="local brokers (3: replication 3, min ISR 2)")
+    parser.add_argument("--kill-at", type=float, default=None, metavar="S",
+                        help="SIGKILL the busiest broker S seconds into each phase (needs --brokers 3)")
     parser.add_argument("--store-threads", type=int, default=0, help="api.store_threads (default: the setting)")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="a setting of the run (repeatable): --set api.reservation_batch=1")
     parser.add_argument("--label", default="", help="the results file: bench/results/api-<date>-<label>.json")
     parser.add_argument("--profile", action="store_true", help="py-spy each API process during each phase")
     args = parser.parse_args(argv)
+    if args.kill_at is not None and args.brokers < 3:
+        parser.error("--kill-at needs --brokers 3: one broker of one is not a partial loss")
     args.rates = [args.rate] if args.rate else [float(r) for r in args.rates.split(",") if r.strip()]
     return run(args)
 

@@ -394,7 +394,7 @@ def _settle_and_count(procs: Sequence[SenderProc], delivered: int) -> float | No
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         texts = [p.metrics() or "" for p in procs]
-        sent = sum(report.prometheus_sum(t, "sender_sends_total", outcome="sent") or 0 for t in texts)
+        sent = sum(report.prometheus_sum(t, "sender_deliveries_total", outcome="sent") or 0 for t in texts)
         if sent >= delivered:
             break
         time.sleep(0.2)

@@ -58,6 +58,8 @@ def _scrape(targets: dict[str, list[str]], timeout: float, unreachable: dict[str
         except (OSError, urllib.error.URLError) as exc:
             reason = getattr(exc, "reason", exc)
             unreachable[service] = f"did not answer at {', '.join(urls)} ({reason})"
+        except ValueError as exc:
+            unreachable[service] = f"answered at {', '.join(urls)} with metrics that do not parse ({exc})"
     return out
 
 

@@ -110,7 +110,6 @@ def rocksdb_metric(state: str, prop: str) -> str:
 SENDER_DELIVERIES = "sender_deliveries_total"
 SENDER_ACCEPT_TO_PROVIDER = "sender_accept_to_provider_seconds"
 SENDER_COST = "sender_cost_units_total"
-SENDER_SENDS = "sender_sends_total"
 SENDER_DEAD_LETTERS = "sender_dead_letters_total"
 
 #: what the senders' registry (senders/runtime/metrics.py, ``dedupctl senders run --metrics-port``)
@@ -118,7 +117,7 @@ SENDER_DEAD_LETTERS = "sender_dead_letters_total"
 #: (``sender_loop_lag_seconds``) and the cost (channel and provider) (docs/senders.md). The
 #: senders' code still spells them out: tests/senders/test_metric_names.py holds it to this list
 SENDER_METRICS = (
-    SENDER_SENDS, "sender_retries_total", SENDER_DEAD_LETTERS, "sender_skipped_total",
+    "sender_retries_total", SENDER_DEAD_LETTERS, "sender_skipped_total",
     "sender_lost_claims_total", "sender_addresses_deactivated_total", "sender_consumer_lag",
     "sender_oldest_waiting_age_seconds", "sender_circuit_state", "sender_circuit_changes_total",
     "provider_calls_total", "provider_call_ms_sum", "sender_provider_rejecting", "sender_retries_moved_total",

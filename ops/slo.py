@@ -11,9 +11,10 @@ a minute (99%), dead letters under 0.1% of the messages that ended (sent or dead
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from operators import metric_names as names
 
@@ -21,10 +22,6 @@ Labels = tuple[tuple[str, str], ...]
 
 API = "api"
 SENDERS = "senders"
-
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?$")
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
-_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,25 +35,13 @@ class Sample:
 
 
 def parse_samples(text: str) -> list[Sample]:
-    """The samples of a Prometheus text exposition (comments and malformed lines skipped)."""
-    out: list[Sample] = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        if m is None:
-            continue
-        name, inner, raw = m.groups()
-        labels = tuple(sorted(
-            (k, re.sub(r"\\[\\\"n]", lambda e: _UNESCAPE[e.group(0)], v)) for k, v in _LABEL.findall(inner or "")
-        ))
-        try:
-            value = float(raw)
-        except ValueError:
-            continue
-        out.append(Sample(name, labels, value))
-    return out
+    """The samples of a Prometheus text exposition, by ``prometheus_client``'s parser; a malformed
+    exposition raises ``ValueError`` (the service that sent it is named by the caller)."""
+    return [
+        Sample(s.name, tuple(sorted(s.labels.items())), float(s.value))
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    ]
 
 
 def deltas(before: Iterable[Sample], after: Iterable[Sample]) -> list[Sample]:
@@ -156,7 +141,7 @@ def evaluate(samples: Mapping[str, Sequence[Sample]]) -> list[SloResult]:
         fast = _within(senders, hist, 60.0, lane="normal", category="transactional")
         out.append(SloResult(TRANSACTIONAL, tx - fast, tx))
         dead = _sum(senders, names.SENDER_DEAD_LETTERS)
-        sent = _sum(senders, names.SENDER_SENDS, outcome="sent")
+        sent = _sum(senders, names.SENDER_DELIVERIES, outcome="sent")
         out.append(SloResult(DEAD_LETTERS, dead, sent + dead))
     return out
 

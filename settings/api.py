@@ -21,7 +21,9 @@ class ApiSettings(Section):
     :param max_campaign_body_bytes: the largest body of ``POST /v1/campaigns`` (an inline segment)
     :param max_campaign_users: the most users one campaign may have
     :param ack_timeout_ms: how long a request waits for Kafka to acknowledge its record (acks=all);
-        past it the answer is 503 and the caller retries with the same Idempotency-Key
+        past it the answer is 503 and the caller retries with the same Idempotency-Key. Above the
+        time a cluster takes to fence a crashed broker (``broker.session.timeout.ms``, 9 s by
+        default; ~10-11 s measured here), so a broker's crash makes accepts slow, not failed
     :param kafka_linger_ms: the request producer's ``linger.ms``: how long librdkafka waits for
         more records to send together (fewer, larger batches: less CPU in the broker and in the
         producer per request) before it sends a batch
@@ -84,14 +86,14 @@ class ApiSettings(Section):
     max_body_bytes: int = 64 * 1024
     max_campaign_body_bytes: int = 4 * 1024 * 1024
     max_campaign_users: int = 100_000
-    ack_timeout_ms: int = 5_000
+    ack_timeout_ms: int = 15_000
     kafka_linger_ms: int = 1
     idempotency_ttl_s: int = 86_400
     default_rate_per_sec: float = 100.0
     calls_rate_per_sec: float = 500.0
     token_cache_ttl_ms: int = 5_000
     token_negative_ttl_ms: int = 2_000
-    pending_wait_ms: int = 7_000
+    pending_wait_ms: int = 17_000
     max_active_campaigns: int = 5
     kafka_probe_interval_ms: int = 1_000
     webhook_secrets: OptionalSecret = None

@@ -466,10 +466,6 @@ class DeliveryHandler:
                 pause = min(pause * 2, 1.0)
 
     def _count(self, d: Delivery, plan: OutcomePlan, result: AttemptResult, template: TemplateRef | None) -> None:
-        if result.provider is not None:
-            self.metrics.inc(
-                "sender_sends_total", outcome=result.outcome.value, provider=result.provider, **self._labels
-            )
         retry_in = None
         if plan.retry_at_ms is not None:
             self.metrics.inc("sender_retries_total", **self._labels)

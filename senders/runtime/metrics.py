@@ -53,7 +53,7 @@ class _Histogram:
 class Metrics:
     """Thread-safe; one per process, shared by its workers and providers.
 
-    Counters: ``sender_sends_total`` (outcome), ``sender_retries_total``,
+    Counters: ``sender_deliveries_total`` (provider, outcome), ``sender_retries_total``,
     ``sender_dead_letters_total`` (reason), ``sender_skipped_total`` (reason),
     ``provider_calls_total`` and ``provider_call_ms_sum`` (provider, outcome).
     Gauges: ``sender_consumer_lag``, ``sender_oldest_waiting_age_seconds``,

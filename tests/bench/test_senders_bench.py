@@ -49,11 +49,11 @@ def test_per_message_prometheus_and_in_flight() -> None:
         "# TYPE sender_store_transactions_total counter\n"
         'sender_store_transactions_total{channel="sms",lane="normal"} 300\n'
         'sender_store_transactions_total{channel="sms",lane="priority"} 12\n'
-        'sender_sends_total{channel="sms",lane="normal",outcome="sent",provider="x"} 100\n'
-        'sender_sends_total{channel="sms",lane="normal",outcome="transient",provider="x"} 7\n'
+        'sender_deliveries_total{channel="sms",lane="normal",outcome="sent",provider="x"} 100\n'
+        'sender_deliveries_total{channel="sms",lane="normal",outcome="retried",provider="x"} 7\n'
     )
     assert report.prometheus_sum(text, "sender_store_transactions_total") == 312
-    assert report.prometheus_sum(text, "sender_sends_total", outcome="sent") == 100
+    assert report.prometheus_sum(text, "sender_deliveries_total", outcome="sent") == 100
     assert report.prometheus_sum(text, "sender_store_transactions") is None  # absent: n/a, not 0
     assert report.per_message(312, 100) == pytest.approx(3.12)
     assert report.per_message(None, 100) is None and report.per_message(5, 0) is None

@@ -4,6 +4,8 @@ services' metrics; on fixed exposition text, and against a real senders metrics 
 from __future__ import annotations
 
 import argparse
+import http.server
+import threading
 
 import pytest
 
@@ -49,18 +51,20 @@ def _senders() -> Metrics:
     for _ in range(50):  # a campaign's, slow: not transactional
         m.observe("sender_accept_to_provider_seconds", 3600.0, ACCEPT_TO_PROVIDER_BUCKETS, channel="email",
                   lane="normal", category="marketing")
-    m.inc("sender_sends_total", 1998, channel="sms", lane="normal", outcome="sent", provider="sms-a")
-    m.inc("sender_sends_total", 7, channel="sms", lane="normal", outcome="transient", provider="sms-a")
+    m.inc("sender_deliveries_total", 1998, channel="sms", lane="normal", outcome="sent", provider="sms-a")
+    m.inc("sender_deliveries_total", 7, channel="sms", lane="normal", outcome="retried", provider="sms-a")
     m.inc("sender_dead_letters_total", 2, channel="sms", lane="normal", reason="max_attempts")
     m.inc("sender_cost_units_total", 9.99, channel="sms", provider="sms-a")
     return m
 
 
 def test_the_exposition_is_parsed_with_its_labels() -> None:
-    samples = parse_samples(API_TEXT + 'odd{a="x\\"y",b="1"} 3 1700000000\nnot a sample\n')
+    samples = parse_samples(API_TEXT + 'odd{a="x\\"y",b="1"} 3 1700000000\n')
     assert samples[0] == Sample("api_accept_seconds_bucket", (("le", "0.05"), ("status", "202")), 19990.0)
     assert samples[-1] == Sample("odd", (("a", 'x"y'), ("b", "1")), 3.0)
     assert len(samples) == 8
+    with pytest.raises(ValueError):
+        parse_samples(API_TEXT + "not a sample\n")
 
 
 def test_each_slo_from_the_services_metrics() -> None:
@@ -117,3 +121,28 @@ def test_dedupctl_slo_reads_a_running_senders_endpoint(capsys: pytest.CaptureFix
     assert "unknown: api not read" in lines["accepts succeed (no 5xx)"]
     assert "api: did not answer at http://127.0.0.1:9/metrics" in out
     assert "sms    sms-a" in out and "9.99" in out
+
+
+def test_a_service_whose_metrics_do_not_parse_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    class Garbled(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            body = b"api_requests_total{route=\"/v1\" 3\n"  # a label set that never closes
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Garbled)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        args = argparse.Namespace(api=url, senders=[url], interval=0.0, timeout=2.0)
+        assert cmd_slo(Settings(), args) == 1
+    finally:
+        server.shutdown()
+    out = capsys.readouterr().out
+    assert f"api: answered at {url} with metrics that do not parse" in out
+    assert f"senders: answered at {url} with metrics that do not parse" in out
