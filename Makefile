@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 VENV_STAMP := $(VENV)/.installed
+# the processes make test runs the test files in (pytest-xdist); each starts its own broker and PostgreSQL
+TEST_WORKERS ?= 2
 JARS_STAMP := .cache/jars/.complete
 JAVA_SOURCES := $(shell find connector/src/main -name '*.java' 2>/dev/null)
 # the contract is packaged into the connector jar
@@ -56,7 +58,7 @@ demo: setup
 	$(BIN)/dedupctl demo
 
 test: setup test-java
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # the connector's JUnit tests, the contract's shared vectors (tests/vectors.json) among them
 test-java: jars

@@ -32,6 +32,7 @@ from typing import Any
 
 from bench import senders_report as report
 from bench.measure import git_info, machine_info
+from bench.push_protocols import PUSH_PROTOCOLS, push_settings, write_push_keys
 from bench.senders_env import Environment
 from bench.senders_load import (
     TransactionalWriter,
@@ -63,7 +64,9 @@ class Plan:
     :param bound_s: a throughput run stops this long after its senders start, delivered or not
     :param campaign: emails queued for the priority-lane phase; ``codes`` codes at ``code_rate``/s
     :param isolation_bound_s: the priority-lane phase's bound
-    :param overrides: ``[senders]`` settings given with ``--set``"""
+    :param overrides: ``[senders]`` settings given with ``--set``
+    :param push_protocol: how push is sent to the stub: ``json`` (this project's contract over
+        HTTP/1.1), ``fcm`` or ``apns`` (their adapters, HTTP/2; bench/push_protocols.py)"""
 
     mode: str
     channels: tuple[str, ...]
@@ -80,6 +83,7 @@ class Plan:
     partitions: int = 4
     overrides: dict[str, str] = field(default_factory=dict)
     label: str = ""
+    push_protocol: str = "json"
 
 
 QUICK = Plan("quick", ("push", "sms", "email"), STORES, (0, 50, 200), users=6000, bound_s=60,
@@ -113,6 +117,10 @@ class Bench:
         self.count = 0
         self.imports: list[dict[str, Any]] = []
         self.failures: list[str] = []
+        assert env.http is not None
+        self.stub_origin = f"http://127.0.0.1:{env.http.port}"
+        keyed = plan.push_protocol != "json"
+        self.push_keys = write_push_keys(env.work / "push-keys", self.stub_origin) if keyed else {}
 
     # -- a run's space ------------------------------------------------------------------------
 
@@ -137,7 +145,7 @@ class Bench:
             "status_store": location,
             "status_topic": f"{prefix}notifications.status",
             "dlq_topic": f"{prefix}notifications.dlq",
-            "push_primary": f"http://127.0.0.1:{http.port}/push",
+            **push_settings(self.plan.push_protocol, self.stub_origin, self.push_keys),
             "sms_primary": f"http://127.0.0.1:{http.port}/sms",
             "email_primary": "smtp",
             "smtp_host": "127.0.0.1",
@@ -221,10 +229,14 @@ class Bench:
                 p.grace_s = 30.0 if complete else 5.0
             self._check_alive(space, procs)
         dump = stub.dump(channel.value) or {"arrivals": {}, "repeats": [], "in_flight_series": []}
+        connections = stub.summary()
         xact1 = self.env.xact_commit(space.database) if space.database else None
         statuses = read_statuses(self.env.bootstrap, space.cfg.senders.status_topic, len(dump["arrivals"]))
         result = self._figures(space, channel, kind, processes, latency_ms, n, complete, dump, statuses, expected,
                                counter, None if xact0 is None or xact1 is None else xact1 - xact0, notes)
+        result["protocol"] = self.plan.push_protocol if channel is Channel.PUSH else None
+        # the stub's connections since its reset: at the peak, and those that spoke HTTP/2
+        result["connections"] = {k: connections.get(k) for k in ("peak_connections", "h2_connections")}
         if space.database:
             self.env.drop_database(space.database)
         return result
@@ -465,6 +477,10 @@ def _plan(args: argparse.Namespace) -> Plan:
         changes["stores"] = stores
     if args.isolation_stores is not None:
         changes["isolation_stores"] = tuple(s for s in args.isolation_stores.split(",") if s)
+    if args.push_protocol is not None:
+        if args.push_protocol not in PUSH_PROTOCOLS:
+            raise SystemExit(f"unknown push protocol {args.push_protocol!r}: choose from {', '.join(PUSH_PROTOCOLS)}")
+        changes["push_protocol"] = args.push_protocol
     if args.latencies:
         changes["latencies"] = tuple(int(v) for v in args.latencies.split(","))
     for name in ("users", "bound_s", "campaign", "codes", "code_rate", "isolation_bound_s", "partitions",
@@ -487,6 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full", action="store_true", help="more messages per run, both stores for the priority lane")
     parser.add_argument("--channels", help="comma-separated (default push,sms,email)")
     parser.add_argument("--stores", help=f"comma-separated of {', '.join(STORES)} (default all; empty: none)")
+    parser.add_argument("--push-protocol", help="how push reaches the stub: json (default), fcm or apns (HTTP/2)")
     parser.add_argument("--latencies", help="provider latencies in ms, comma-separated (default 0,50,200)")
     parser.add_argument("--users", type=int, help="messages per throughput run (quick 6000, full 30000)")
     parser.add_argument("--bound-s", type=float, help="a throughput run's time bound (quick 60, full 300)")

@@ -105,19 +105,28 @@ def _header(head: str) -> list[str]:
     return [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
 
 
+def channel_label(r: Mapping[str, Any]) -> str:
+    """The run's channel, with the push protocol it was sent by (``push (fcm)``) where one was chosen."""
+    protocol = r.get("protocol")
+    return f"{r['channel']} ({protocol})" if protocol else str(r["channel"])
+
+
 def throughput_table(runs: Sequence[Mapping[str, Any]]) -> str:
     head = ("| channel | store | latency | delivered | msg/s | msg/s 10-90% | claim->provider p50 / p99 |"
-            " peak in flight | store tx/msg (pg / counter) | CPU us/msg senders | stub us/call | repeated keys |")
+            " peak in flight | stub connections (peak / HTTP/2) | store tx/msg (pg / counter) | CPU us/msg senders |"
+            " stub us/call | repeated keys |")
     lines = _header(head)
     for r in runs:
+        conn = r.get("connections") or {}
         lat = r["claim_to_provider_ms"]
         tx = r["store_tx_per_message"]
         cpu = r["cpu_us_per_message"]
         done = f"{r['delivered']:,}/{r['messages']:,}" + ("" if r["complete"] else " (bound)")
         lines.append(
-            f"| {r['channel']} | {store_label(r['store'], r['processes'])} | {r['latency_ms']} ms | {done} |"
+            f"| {channel_label(r)} | {store_label(r['store'], r['processes'])} | {r['latency_ms']} ms | {done} |"
             f" {_f(r['rate'])} | {_f(r['rate_10_90'])} | {_f(lat['p50'])} / {_f(lat['p99'])} ms |"
-            f" {r['peak_in_flight']} | {_f(tx['pg_xact_commit'], 2)} / {_f(tx['counter'], 2)} |"
+            f" {r['peak_in_flight']} | {_f(conn.get('peak_connections'))} / {_f(conn.get('h2_connections'))} |"
+            f" {_f(tx['pg_xact_commit'], 2)} / {_f(tx['counter'], 2)} |"
             f" {_f(cpu['senders'])} | {_f(cpu['stub'])} | {r['repeated_key_calls']} |"
         )
     return "\n".join(lines)
@@ -142,10 +151,11 @@ def isolation_table(phases: Sequence[Mapping[str, Any]]) -> str:
 def run_line(r: Mapping[str, Any]) -> str:
     """One throughput run, as printed when it ends."""
     lat = r["claim_to_provider_ms"]
-    return (f"{r['channel']:<5} {store_label(r['store'], r['processes']):<15} {r['latency_ms']:>3} ms:"
+    return (f"{channel_label(r):<5} {store_label(r['store'], r['processes']):<15} {r['latency_ms']:>3} ms:"
             f" {r['delivered']}/{r['messages']} delivered, {_f(r['rate'])} msg/s, claim->provider p50"
             f" {_f(lat['p50'])} p99 {_f(lat['p99'])} ms, peak in flight {r['peak_in_flight']},"
-            f" CPU {_f(r['cpu_us_per_message']['senders'])} us/msg, repeated keys {r['repeated_key_calls']}")
+            f" CPU {_f(r['cpu_us_per_message']['senders'])} us/msg, repeated keys {r['repeated_key_calls']},"
+            f" stub connections {(r.get('connections') or {}).get('peak_connections')}")
 
 
 def isolation_line(p: Mapping[str, Any]) -> str:

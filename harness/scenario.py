@@ -1,9 +1,9 @@
 """The demo's story (the design's own): three users, their profiles, and the requests that show
 each rule, from the dedup job to the providers.
 
-* u-bruno (en, Lisbon) has no push token; his SMS gateway is flaky. His order update is sent
-  twice (the second is a duplicate): push is skipped (no address), the SMS is retried after 1 s
-  and 2 s, then delivered. A campaign reaches his email; a second campaign the same day is
+* u-bruno (en, Lisbon) has a phone with a push token; his SMS gateway is flaky. His order update
+  is sent twice (the second is a duplicate): push is delivered at once (through FCM in the demo),
+  the SMS is retried after 1 s and 2 s, then delivered. A campaign reaches his email; a second campaign the same day is
   rejected by the daily marketing limit.
 * u-amina (bn) has quiet hours 22:00-08:00 in a time zone where it is night now (chosen at run
   time, ``night_zone``): the campaign is deferred to 08:00 there, on push and email.
@@ -65,7 +65,7 @@ def profiles(zone: str) -> dict[str, dict[str, Any]]:
         },
         "u-bruno": {
             "locale": "en", "tz": "Europe/Lisbon",
-            "contacts": {"sms": ["+351912000002"], "email": ["bruno@example.com"]},
+            "contacts": {"push": ["tok-bruno-1"], "sms": ["+351912000002"], "email": ["bruno@example.com"]},
         },
         "u-chen": {
             "locale": "en", "tz": "Asia/Shanghai", "marketing": {"email": False},
@@ -159,7 +159,7 @@ EXPECTED_BEFORE_BARRIER = {**EXPECTED_COUNTS, "email": EXPECTED_COUNTS["email"] 
 
 #: what becomes of each channel message: (notification id, channel) -> (status, reason)
 OUTCOMES = {
-    ("n-1", "push"): ("skipped", "no_address"),
+    ("n-1", "push"): ("sent", None),
     ("n-1", "sms"): ("sent", None),
     ("n-3", "push"): ("deferred", "quiet_hours"),
     ("n-3", "email"): ("deferred", "quiet_hours"),

@@ -1,7 +1,9 @@
 """The senders' part of ``dedupctl demo``: the story's profiles in the store, then every channel
-message the dedup job wrote, through the rules and scripted fake providers (a flaky SMS gateway,
-a mailbox that does not exist). Prints each attempt and rule outcome, then what became of each
-message. Never a parameter, a rendered body or an address."""
+message the dedup job wrote, through the rules and the real provider protocols to local servers
+scripted as the story's world (``harness/demo_world.py``: FCM HTTP v1 for push, Twilio's Messages
+API for SMS, a flaky gateway; SendGrid's v3 mail send for email, a mailbox that does not exist).
+Prints each attempt and rule outcome, what became of each message, and the protocol each channel
+used. Never a parameter, a rendered body, an address or a key."""
 
 from __future__ import annotations
 
@@ -17,12 +19,12 @@ from datetime import datetime
 from pathlib import Path
 
 from harness import scenario
+from harness.demo_world import DemoWorld, start_world
 from operators import codec
 from operators.records import Channel
 from ops import kafka_io
 from senders.profiles.crypto import generate_key
 from senders.profiles.model import parse_profile
-from senders.providers import FakeProvider
 from senders.runtime.dispatch import Dispatcher
 from senders.runtime.handler import AttemptEvent
 from senders.runtime.pool import (
@@ -41,16 +43,7 @@ from settings import Settings
 SETTLED = FINAL_STATUSES | {DeliveryStatus.DEFERRED}
 
 
-def demo_providers() -> dict[Channel, tuple[FakeProvider, None]]:
-    """The story's outside world (``scenario.PROVIDER_SCRIPTS``)."""
-    return {
-        Channel.PUSH: (FakeProvider(name="push-service"), None),
-        Channel.SMS: (FakeProvider(name="sms-gateway", script=scenario.PROVIDER_SCRIPTS["sms"]), None),
-        Channel.EMAIL: (FakeProvider(name="mail-relay", script=scenario.PROVIDER_SCRIPTS["email"]), None),
-    }
-
-
-def demo_senders(cfg: Settings, work: Path) -> Settings:
+def demo_senders(cfg: Settings, work: Path, world: DemoWorld) -> Settings:
     run = uuid.uuid4().hex[:8]
     return cfg.with_overrides(
         senders={
@@ -63,11 +56,10 @@ def demo_senders(cfg: Settings, work: Path) -> Settings:
             "jitter_ratio": 0.0,
             "poll_timeout_ms": 50,
             "lease_ms": 5000,
+            "http_timeout_ms": 2000,  # the local servers answer at once; the lease outlives it
             "session_timeout_ms": 6000,
             "transaction_timeout_ms": 10000,
-            "push_primary": "fake",
-            "sms_primary": "fake",
-            "email_primary": "fake",
+            **world.senders_settings(),
             "contact_encryption_keys": generate_key(),
             "contact_lookup_keys": generate_key(),
         }
@@ -80,12 +72,12 @@ def local_time(ms: int, zone: str) -> str:
 
 @dataclass
 class Story:
-    """What the demo ran: the night zone, the channel messages by key, the providers and, per
-    channel, the protocols it used (``protocol_lines``)."""
+    """What the demo ran: the night zone, the channel messages by key, the local servers the
+    providers sent to and, per channel, the protocols it used (``protocol_lines``)."""
 
     zone: str
     messages: dict[str, tuple[str, str, str]]  # message key -> (notification id, user id, channel)
-    providers: dict[Channel, tuple[FakeProvider, None]]
+    world: DemoWorld
     rows: dict[str, StatusRow]
     protocols: list[str] = field(default_factory=list)
 
@@ -133,9 +125,9 @@ def channel_messages(cfg: Settings) -> dict[str, tuple[str, str, str]]:
     return out
 
 
-def run_story(cfg: Settings, say: Callable[[str], None], timeout_s: float = 60.0) -> Story:
-    """Put the profiles, run every channel's workers until each channel message is settled (final,
-    or deferred), and return what happened."""
+def run_story(cfg: Settings, world: DemoWorld, say: Callable[[str], None], timeout_s: float = 60.0) -> Story:
+    """Put the profiles, run every channel's workers (their providers as ``cfg`` names them) until
+    each channel message is settled (final, or deferred), and return what happened."""
     zone = scenario.night_zone()
     messages = channel_messages(cfg)
     ensure_topics(cfg)
@@ -145,11 +137,11 @@ def run_story(cfg: Settings, say: Callable[[str], None], timeout_s: float = 60.0
     say("")
     say(
         f"Senders: {len(messages)} channel messages for three users (u-amina's quiet hours are 22:00-08:00"
-        f" in {zone}, where it is {local_time(int(time.time() * 1000), zone)} now); scripted providers: a"
-        " flaky SMS gateway, a mailbox that does not exist; retries after 1, 2, 4 s"
+        f" in {zone}, where it is {local_time(int(time.time() * 1000), zone)} now); local servers that speak"
+        " FCM HTTP v1, Twilio's Messages API and SendGrid's v3 mail send, scripted as the outside world:"
+        " a flaky SMS gateway, a mailbox that does not exist; retries after 1, 2, 4 s"
     )
-    providers = demo_providers()
-    story = Story(zone, messages, providers, {})
+    story = Story(zone, messages, world, {})
     lock = threading.Lock()
 
     def on_attempt(event: AttemptEvent) -> None:
@@ -157,7 +149,7 @@ def run_story(cfg: Settings, say: Callable[[str], None], timeout_s: float = 60.0
             say(_describe(event, story))
 
     store = open_status_store(cfg)
-    pool = build_pool(cfg, providers=providers, on_attempt=on_attempt)  # type: ignore[arg-type]
+    pool = build_pool(cfg, on_attempt=on_attempt)
     try:
         pool.start()
         deadline = time.monotonic() + timeout_s
@@ -193,9 +185,10 @@ def _outcome(row: StatusRow, zone: str) -> str:
 
 def run_senders_demo(cfg: Settings, say: Callable[[str], None], timeout_s: float = 60.0) -> Story:
     work = Path(tempfile.mkdtemp(prefix="notify-senders-demo-"))
+    world = start_world(work)
     try:
-        cfg = demo_senders(cfg, work)
-        story = run_story(cfg, say, timeout_s)
+        cfg = demo_senders(cfg, work, world)
+        story = run_story(cfg, world, say, timeout_s)
         say("")
         say("What became of each channel message (the status store):")
         for key, row in sorted(story.rows.items(), key=lambda kv: (story.messages[kv[0]][0], kv[1].channel)):
@@ -217,4 +210,5 @@ def run_senders_demo(cfg: Settings, say: Callable[[str], None], timeout_s: float
         say("u-amina's campaign waits in the delay topics and is checked again at 08:00 her time.")
         return story
     finally:
+        world.stop()
         shutil.rmtree(work, ignore_errors=True)

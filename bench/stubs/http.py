@@ -2,7 +2,13 @@
 HTTP/1.1 (keep-alive, httptools' parser) or HTTP/2 over cleartext with prior knowledge (h2c:
 a connection that opens with the HTTP/2 preface; the h2 library). One asyncio protocol per
 connection; a call is counted on its channel, the path's first segment (``/sms`` -> ``sms``),
-by its ``Idempotency-Key`` header.
+by its ``Idempotency-Key`` header, or, for the push protocols that have none, by the message key
+the body carries (FCM HTTP v1: ``message.data.message_key``; APNs: ``message_key``). So the FCM
+and APNs adapters run against it too (``base_url`` ``http://.../push``: h2c): a send is answered
+``{"name": ...}`` (FCM's message id; APNs reads nothing from a 200), and ``POST /token`` (the
+service-account key's ``token_uri``) an OAuth2 access token for an hour. Nothing is
+authenticated: the protocols' checks are the tests' servers' (harness/provider_servers); this one
+measures.
 
 A call arrives when its request is complete and is answered ``latency`` later; an HTTP/1.1
 connection answers in request order (pipelining), an HTTP/2 one per stream.
@@ -12,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 import time
 from collections import deque
@@ -59,12 +66,30 @@ class StubState:
         self.connections += 1
         self.peak_connections = max(self.peak_connections, self.connections)
 
-    def reply_body(self) -> bytes:
-        return b'{"id": "stub-%d"}' % next(self.ids)
+    def reply_body(self, path: bytes) -> bytes:
+        if channel_of(path) == "token":
+            return b'{"access_token": "stub-token", "expires_in": 3600, "token_type": "Bearer"}'
+        n = next(self.ids)
+        return b'{"id": "stub-%d", "name": "stub-%d"}' % (n, n)
 
 
 def channel_of(path: bytes) -> str:
     return path.split(b"?", 1)[0].strip(b"/").split(b"/", 1)[0].decode("latin-1") or "-"
+
+
+def body_key(body: bytes) -> bytes | None:
+    """The message key a push protocol's JSON body carries (FCM's ``message.data.message_key``,
+    APNs' ``message_key``); None when there is none."""
+    try:
+        parsed = json.loads(body) if body else None
+    except ValueError:
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    message = parsed.get("message")
+    data = message.get("data") if isinstance(message, dict) else None
+    key = data.get("message_key") if isinstance(data, dict) else parsed.get("message_key")
+    return key.encode() if isinstance(key, str) and key else None
 
 
 class HttpStubProtocol(asyncio.Protocol):
@@ -129,6 +154,7 @@ class _Http1:
         self.parser = httptools.HttpRequestParser(self)
         self.url = b""
         self.key: bytes | None = None
+        self.body = b""
         self.pending: deque[list[Any]] = deque()  # [answered?, response bytes, close after?, tally]
         self.timers: list[asyncio.TimerHandle] = []
         self.closing = False
@@ -144,6 +170,7 @@ class _Http1:
     def on_message_begin(self) -> None:
         self.url = b""
         self.key = None
+        self.body = b""
 
     def on_url(self, url: bytes) -> None:
         self.url += url
@@ -152,10 +179,14 @@ class _Http1:
         if name.lower() == KEY_HEADER:
             self.key = value
 
+    def on_body(self, body: bytes) -> None:
+        if self.key is None:  # only a push protocol's body is read (for its message key)
+            self.body += body
+
     def on_message_complete(self) -> None:
-        tally = self.proto.arrive(self.url, self.key)
+        tally = self.proto.arrive(self.url, self.key if self.key is not None else body_key(self.body))
         state = self.proto.state
-        body = state.reply_body()
+        body = state.reply_body(self.url)
         keep = self.parser.should_keep_alive()
         head = (
             f"HTTP/1.1 {state.status} OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
@@ -208,6 +239,7 @@ class _Http2:
         )
         self.conn.initiate_connection()
         self.streams: dict[int, tuple[bytes, bytes | None]] = {}  # open, request not complete yet
+        self.bodies: dict[int, bytes] = {}  # of open streams without a key header
         self.waiting: dict[int, tuple[Tally, asyncio.TimerHandle | None]] = {}
         self.gone = False
 
@@ -227,6 +259,9 @@ class _Http2:
             elif isinstance(event, h2.events.DataReceived):
                 if event.flow_controlled_length:
                     self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                request = self.streams.get(event.stream_id)
+                if request is not None and request[1] is None and event.data:
+                    self.bodies[event.stream_id] = self.bodies.get(event.stream_id, b"") + event.data
                 if event.stream_ended is not None:
                     self._complete(event.stream_id)
             elif isinstance(event, h2.events.StreamEnded):
@@ -239,13 +274,15 @@ class _Http2:
 
     def _complete(self, stream_id: int) -> None:
         request = self.streams.pop(stream_id, None)
+        body = self.bodies.pop(stream_id, b"")
         if request is None:
             return
-        tally = self.proto.arrive(*request)
-        timer = self.proto.after_latency(lambda: self._answer(stream_id))
+        path, key = request
+        tally = self.proto.arrive(path, key if key is not None else body_key(body))
+        timer = self.proto.after_latency(lambda: self._answer(stream_id, path))
         self.waiting[stream_id] = (tally, timer)
 
-    def _answer(self, stream_id: int) -> None:
+    def _answer(self, stream_id: int, path: bytes) -> None:
         waiting = self.waiting.pop(stream_id, None)
         if waiting is None:
             return
@@ -253,7 +290,7 @@ class _Http2:
         if self.gone:
             return
         state = self.proto.state
-        body = state.reply_body()
+        body = state.reply_body(path)
         try:
             self.conn.send_headers(
                 stream_id,
@@ -267,6 +304,7 @@ class _Http2:
 
     def _drop(self, stream_id: int) -> None:
         self.streams.pop(stream_id, None)
+        self.bodies.pop(stream_id, None)
         waiting = self.waiting.pop(stream_id, None)
         if waiting is not None:
             waiting[0].answered()

@@ -59,7 +59,15 @@ async def _serve(conn: Connection, kind: str, host: str, port: int, latency_ms: 
         except EOFError:
             stopped.set()
             return
-        conn.send(_answer(state, command, args, stopped))
+        answer = _answer(state, command, args, stopped)
+        # the loop's reader made the pipe non-blocking, and a dump (every key's arrival) is larger
+        # than the pipe holds: written that way it fails with EAGAIN whenever the benchmark has
+        # not read the first part yet; the stub's loop may wait here, the run is over
+        os.set_blocking(conn.fileno(), True)
+        try:
+            conn.send(answer)
+        finally:
+            os.set_blocking(conn.fileno(), False)
 
     loop.add_reader(conn.fileno(), on_command)
     conn.send(("ready", sock.getsockname()[1], os.getpid()))

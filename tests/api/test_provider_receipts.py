@@ -17,14 +17,14 @@ import httpx
 import pytest
 
 from api.scopes import Scope
+from harness.provider_servers.sendgrid import SendGridStub, SentMail
+from harness.provider_servers.twilio import SentSms, TwilioStub
 from operators.records import Channel
 from senders.runtime.pool import build_pool, open_status_store
 from senders.statuses import Lane
 from settings import Settings
 from tests.api.conftest import RunningApi, api_settings
 from tests.senders.conftest import address_of, channel_message, produce_messages, register_users, wait_until
-from tests.senders.sendgrid_stub import SendGridStub, SentMail
-from tests.senders.twilio_stub import SentSms, TwilioStub
 
 USERS = [f"rcpt-{i}" for i in range(1, 9)]
 UNSUBSCRIBE_KEY = "unsub-key-1"

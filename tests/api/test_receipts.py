@@ -15,13 +15,13 @@ from api.receipts.registry import receipt_schemes
 from api.receipts.sendgrid import SendGridReceipts
 from api.receipts.twilio import TwilioReceipts, signature
 from api.signing import sign
+from harness.provider_servers.sendgrid import SendGridStub
+from harness.provider_servers.twilio import twilio_signature
 from operators.errors import ConfigError
 from senders.policy import unsubscribe
 from senders.statuses import DeliveryStatus
 from settings import Settings
 from settings.sms_email import load_event_webhook_key
-from tests.senders.sendgrid_stub import SendGridStub
-from tests.senders.twilio_stub import twilio_signature
 
 # -- Twilio -----------------------------------------------------------------------------------------
 

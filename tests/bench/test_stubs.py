@@ -9,12 +9,18 @@ import smtplib
 import time
 from concurrent.futures import ThreadPoolExecutor
 from email.message import EmailMessage
+from pathlib import Path
 
 import httpx
 import pytest
 
+from bench.push_protocols import push_settings, write_push_keys
 from bench.stubs.process import StubProcess
 from bench.stubs.tally import Tally
+from senders.providers import build_provider
+from senders.runtime.metrics import Metrics
+from settings import Settings
+from tests.senders.push_helpers import push, send_all
 
 
 def test_tally_counts_distinct_repeated_and_in_flight() -> None:
@@ -129,6 +135,32 @@ def test_http_stub_speaks_h2c_with_prior_knowledge_many_streams_on_one_connectio
         replies = asyncio.run(httpx_calls(stub.port))
         assert {r.http_version for r in replies} == {"HTTP/2"} and {r.status_code for r in replies} == {200}
         assert len({r.json()["id"] for r in replies}) == 20 and stub.count("push") == 20
+
+
+@pytest.mark.parametrize("protocol", ["fcm", "apns"])
+def test_http_stub_takes_the_fcm_and_apns_adapters_many_calls_on_few_connections(
+    protocol: str, tmp_path: Path
+) -> None:
+    """The benchmark's push protocols (bench/push_protocols.py): the real adapters, built from the
+    settings the benchmark writes, against the stub over h2c; it counts each message key once
+    (from the body: neither protocol has an Idempotency-Key), answers FCM's token endpoint, and
+    the 40 calls after its latency share a connection as streams."""
+    with StubProcess("http", latency_ms=300) as stub:
+        origin = f"http://127.0.0.1:{stub.port}"
+        cfg = Settings().with_overrides(
+            senders=push_settings(protocol, origin, write_push_keys(tmp_path, origin)))
+        provider = build_provider(cfg.senders.push_primary, name=protocol, settings=cfg.senders, metrics=Metrics(),
+                                  max_connections=8)
+        results = send_all(provider, [(f"{i:064x}", f"m{i}:push", push()) for i in range(40)])
+        assert [type(r).__name__ for r in results] == ["Receipt"] * 40
+        summary = stub.summary()
+        calls = summary["channels"]["push"]
+        assert (calls["calls"], calls["distinct_keys"], calls["calls_without_key"]) == (40, 40, 0)
+        assert calls["peak_in_flight"] >= 20  # streams at once, not one call after another
+        assert 1 <= summary["h2_connections"] <= 2  # (FCM's token fetch may take a connection of its own)
+        assert set(stub.dump("push")["arrivals"]) == {f"m{i}:push" for i in range(40)}  # type: ignore[index]
+        if protocol == "fcm":
+            assert summary["channels"]["token"]["calls"] == 1  # one access token for every call
 
 
 def _mail(key: str) -> EmailMessage:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from harness.provider_servers.tls import Pki, make_pki
 from operators import codec
 from operators.contract import Topics
 from operators.records import Channel
@@ -32,7 +33,6 @@ from senders.templates.options import TemplateOptions
 from senders.templates.render import EmailContent, PushContent, Rendered, SmsContent
 from senders.templates.sms import SmsEncoding
 from settings import REPO_ROOT, Settings
-from tests.senders.tls import Pki, make_pki
 
 #: the tests' contact keys (one pair per test session)
 CONTACT_KEYS = {"contact_encryption_keys": generate_key(), "contact_lookup_keys": generate_key()}

@@ -13,6 +13,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.provider_servers.http1 import serve_in_thread
+
 
 @dataclass
 class Recorded:
@@ -131,32 +133,8 @@ class FakeHttpProvider:
             writer.close()
 
     def start(self) -> FakeHttpProvider:
-        started = threading.Event()
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-
-            async def main() -> None:
-                self._server = await asyncio.start_server(
-                    self._serve, "127.0.0.1", 0, ssl=self.tls, backlog=4096, limit=1 << 20
-                )
-                self._port = self._server.sockets[0].getsockname()[1]
-                started.set()
-                async with self._server:
-                    try:
-                        await self._server.serve_forever()
-                    except asyncio.CancelledError:
-                        pass
-
-            try:
-                loop.run_until_complete(main())
-            finally:
-                loop.close()
-
-        threading.Thread(target=run, name="fake-http", daemon=True).start()
-        if not started.wait(10):
-            raise RuntimeError("the fake HTTP provider did not start")
+        serving = serve_in_thread(self._serve, name="fake-http", tls=self.tls, backlog=4096, limit=1 << 20)
+        self._loop, self._server, self._port = serving.loop, serving.server, serving.port
         return self
 
     def stop(self) -> None:

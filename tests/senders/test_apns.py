@@ -14,6 +14,9 @@ from pathlib import Path
 import jwt
 import pytest
 
+from harness.provider_servers.apns import ApnsServer
+from harness.provider_servers.h2 import Clock
+from harness.provider_servers.tls import Pki
 from operators.errors import ConfigError
 from senders.errors import ProviderPermanentError, ProviderRetryableError
 from senders.providers import ApnsProvider, Receipt, build_provider
@@ -21,10 +24,7 @@ from senders.providers.credentials import MIN_RENEW_S, RENEW_AFTER_S, ApnsSignin
 from senders.providers.push import PushOptions, message_id
 from senders.runtime.metrics import Metrics
 from settings import load_settings
-from tests.senders.apns_server import ApnsServer
-from tests.senders.h2_server import Clock
 from tests.senders.push_helpers import CODE_BODY, code_message, in_order, push, send_all, send_one
-from tests.senders.tls import Pki
 
 DEVICE = "a" * 64
 OTHER = "b" * 64
@@ -196,7 +196,7 @@ def test_the_h2c_test_mode_speaks_http2_in_clear(clock: Clock) -> None:
 def test_nothing_secret_reaches_the_logs(apns: ApnsServer, pki: Pki, clock: Clock,
                                          caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
-    apns.script = {OTHER: ["Unregistered"]}
+    apns.script.update({OTHER: ["Unregistered"]})
     p = provider(apns, pki, clock)
     send_all(p, [(DEVICE, "k1:push", code_message()), (OTHER, "k2:push", code_message())])
     token = next(iter(apns.tokens))
@@ -236,7 +236,7 @@ def test_a_missing_or_broken_key_is_a_config_error_that_shows_no_secret(env: dic
 
 
 def test_an_rsa_key_is_no_apns_key(apns: ApnsServer) -> None:
-    from tests.senders.fcm_server import FcmServer
+    from harness.provider_servers.fcm import FcmServer
 
     rsa_pem = FcmServer(pki=None).service_account_json()
     import json

@@ -12,6 +12,9 @@ from pathlib import Path
 import jwt
 import pytest
 
+from harness.provider_servers.fcm import FcmServer, new_key
+from harness.provider_servers.h2 import Clock
+from harness.provider_servers.tls import Pki
 from operators.errors import ConfigError
 from senders.errors import ProviderPermanentError, ProviderRetryableError
 from senders.providers import FcmProvider, Receipt, build_provider
@@ -19,10 +22,7 @@ from senders.providers.credentials import FCM_SCOPE, ServiceAccount
 from senders.providers.push import PushOptions
 from senders.runtime.metrics import Metrics
 from settings import load_settings
-from tests.senders.fcm_server import FcmServer, new_key
-from tests.senders.h2_server import Clock
 from tests.senders.push_helpers import CODE_BODY, code_message, in_order, push, send_all, send_one
-from tests.senders.tls import Pki
 
 DEVICE = "fcm-device-token-1"
 
@@ -164,7 +164,7 @@ def test_each_error_class(fcm: FcmServer, pki: Pki, clock: Clock, answer: str, k
 def test_the_token_endpoint_refusing_the_key_is_permanent_and_its_outage_transient(
     fcm: FcmServer, pki: Pki, clock: Clock
 ) -> None:
-    from tests.senders.h2_server import Reply
+    from harness.provider_servers.h2 import Reply
 
     fcm.token_replies = [Reply(400, {"error": "invalid_grant", "error_description": "Invalid JWT Signature."}),
                          Reply(503, {"error": "backend"})]
@@ -205,7 +205,7 @@ def test_a_message_that_lapsed_is_not_sent(fcm: FcmServer, pki: Pki, clock: Cloc
 
 def test_nothing_secret_reaches_the_logs(fcm: FcmServer, pki: Pki, clock: Clock, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
-    fcm.script = {"dev-gone": ["UNREGISTERED"], "dev-auth": ["SENDER_ID_MISMATCH"]}
+    fcm.script.update({"dev-gone": ["UNREGISTERED"], "dev-auth": ["SENDER_ID_MISMATCH"]})
     p = provider(fcm, pki, clock)
     send_all(p, [(d, f"k{i}:push", code_message()) for i, d in enumerate(("dev-ok", "dev-gone", "dev-auth"))])
     text = caplog.text + repr(p) + repr(p.tokens._token)

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from harness.provider_servers.apns import ApnsServer
+from harness.provider_servers.fcm import FcmServer
+from harness.provider_servers.h2 import H2Server
+from harness.provider_servers.tls import Pki
 from operators.records import Channel
 from senders.profiles.model import parse_profile
 from senders.runtime.pool import build_pool, open_profile_store, open_status_store
 from senders.statuses import FINAL_STATUSES, DeliveryStatus, Lane
-from tests.senders.apns_server import ApnsServer
 from tests.senders.conftest import SettingsFactory, channel_message, produce_messages, read_records, wait_until
-from tests.senders.fcm_server import FcmServer
-from tests.senders.h2_server import H2Server
-from tests.senders.tls import Pki
 
 pytestmark = pytest.mark.integration
 PUSH = Channel.PUSH
@@ -60,7 +60,7 @@ def test_push_goes_through_the_providers_protocol_and_its_answers_become_statuse
     spec: str, server: H2Server, pki: Pki, senders_settings: SettingsFactory, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     gone, refused = ANSWERS[spec]
-    server.script = {GONE: [gone], REFUSED: [refused, "ok"]}  # type: ignore[attr-defined]
+    server.script.update({GONE: [gone], REFUSED: [refused, "ok"]})  # type: ignore[attr-defined]
     cfg = senders_settings(partitions=1, users=0, push_primary=spec, http_ca_file=str(pki.ca_file),
                            **{spec: _table(spec, server, tmp_path)})
     profiles = open_profile_store(cfg)

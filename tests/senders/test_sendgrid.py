@@ -1,5 +1,5 @@
 """The SendGrid adapter against a local server that speaks SendGrid's v3 mail send
-(tests/senders/sendgrid_stub.py): the JSON it posts (the rendered parts, the message key as a
+(harness/provider_servers/sendgrid.py): the JSON it posts (the rendered parts, the message key as a
 custom argument and a header, the one-click unsubscribe headers on every marketing email), the
 bearer key, ``X-Message-Id`` kept as the provider's message id, and each class of answer."""
 
@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from pydantic import SecretStr
 
+from harness.provider_servers.sendgrid import INVALID_ADDRESS, SendGridStub, Step
 from operators.errors import ConfigError
 from operators.records import Category, Channel
 from senders.errors import ProviderPermanentError, ProviderRetryableError
@@ -25,7 +26,6 @@ from senders.runtime.metrics import Metrics
 from senders.templates.render import EmailContent, MessageContext, Rendered
 from settings import Settings
 from tests.senders.conftest import sample_message, send_now
-from tests.senders.sendgrid_stub import INVALID_ADDRESS, SendGridStub, Step
 
 UNSUBSCRIBE = "https://notify.example.com/unsubscribe"
 KEY = b"unsubscribe-key-1"

@@ -1,11 +1,16 @@
 """The design's own story end to end: requests through Kafka, the dedup job on the mini-cluster,
-the channel topics, and the senders with their rules, as ``make demo`` tells it (harness/)."""
+the channel topics, and the senders with their rules, through the real provider protocols (FCM,
+Twilio, SendGrid) to local servers, as ``make demo`` tells it (harness/)."""
 
 from __future__ import annotations
 
+import base64
+import json
+import logging
 import zoneinfo
 from datetime import datetime, timedelta
 from pathlib import Path
+from urllib.parse import parse_qsl
 
 import pytest
 
@@ -29,8 +34,10 @@ def _next_eight(after_ms: int, zone: str) -> int:
 
 
 def test_the_story_end_to_end(
-    kafka_bootstrap: str, topic_factory: object, settings_factory: object, job_factory: object, tmp_path: Path
+    kafka_bootstrap: str, topic_factory: object, settings_factory: object, job_factory: object, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.DEBUG)
     topics: Topics = topic_factory(partitions=2)  # type: ignore[operator]
     cfg: Settings = settings_factory(topics)  # type: ignore[operator]
     cfg = cfg.with_overrides(
@@ -57,29 +64,51 @@ def test_the_story_end_to_end(
         assert deferred.attempts == 1 and deferred.provider is None
         assert deferred.template is not None and (deferred.template.name, deferred.template.locale) == ("eid_sale", "bn")
     sms = by_message[("n-1", "sms")]
-    assert (sms.attempts, sms.provider) == (3, "sms-gateway")
+    assert (sms.attempts, sms.provider) == (3, "twilio")
     assert sms.template is not None and (sms.template.name, sms.template.version, sms.template.locale) == (
         "order_shipped", 2, "en"
     )
 
-    # the providers got exactly these calls, with the rendered messages
-    push, sms_gw, mail = (story.providers[c][0] for c in story.providers)
-    assert push.received() == []
+    # the local servers got exactly these calls, each through its provider's protocol, with the
+    # rendered messages: the gateway's two 503s and then its message, the bad mailbox's 400
+    world = story.world
     key_of = {(nid, ch): key for key, (nid, _, ch) in story.messages.items()}
-    texts = [(r.message_key, r.to, r.behaviour.value, r.message.fields()["text"]) for r in sms_gw.received()]  # type: ignore[union-attr]
-    bruno_sms = (key_of[("n-1", "sms")], "+351912000002")
-    assert texts == [
-        (*bruno_sms, "transient", "Your order 1001 is on its way."),
-        (*bruno_sms, "transient", "Your order 1001 is on its way."),
-        (*bruno_sms, "ok", "Your order 1001 is on its way."),
-    ]
-    at = [r.at for r in sms_gw.received()]
+    # Bruno's order update by push: one FCM send with one access token from the token endpoint
+    [token_request] = world.fcm.token_requests()
+    assert dict(parse_qsl(token_request.body.decode()))["grant_type"] == "urn:ietf:params:oauth:grant-type:jwt-bearer"
+    [push] = world.fcm.sends()
+    assert push.method == "POST" and push.path == f"/v1/projects/{world.fcm.project}/messages:send"
+    assert push.headers["authorization"].removeprefix("Bearer ") in world.fcm.issued
+    message = push.json()["message"]
+    assert (message["token"], message["notification"], message["data"]) == (
+        "tok-bruno-1", {"title": "Your order is on its way", "body": "Your order 1001 is on its way."},
+        {"message_key": key_of[("n-1", "push")]},
+    )
+    assert by_message[("n-1", "push")].provider == "fcm"
+    assert str(by_message[("n-1", "push")].provider_ref).startswith(f"projects/{world.fcm.project}/messages/0:")
+    bruno = "+351912000002"
+    twilio_basic = "Basic " + base64.b64encode(f"{world.twilio.account_sid}:{world.twilio.auth_token}".encode()).decode()
+    tries = world.twilio.requests
+    assert [(r.method, r.target, r.headers["authorization"]) for r in tries] == [
+        ("POST", f"/2010-04-01/Accounts/{world.twilio.account_sid}/Messages.json", twilio_basic)] * 3
+    assert [dict(parse_qsl(r.body.decode())) for r in tries] == [
+        {"To": bruno, "From": "+15005550006", "Body": "Your order 1001 is on its way."}] * 3
+    at = [r.at for r in tries]
     assert 0.95 <= at[1] - at[0] <= 2.5 and 1.95 <= at[2] - at[1] <= 3.5  # after 1 s, then 2 s
-    mails = [(r.message_key, r.to, r.message.fields()["subject"]) for r in mail.received()]  # type: ignore[union-attr]
-    assert sorted(mails) == sorted([
+    [delivered] = world.twilio.sent  # the third: the first two were answered 503
+    assert (delivered.to, sms.provider_ref) == (bruno, delivered.sid)
+    mails = [json.loads(r.body) for r in world.sendgrid.requests]
+    assert all(r.headers["authorization"] == f"Bearer {world.sendgrid.api_key}" for r in world.sendgrid.requests)
+    assert sorted(
+        (m["personalizations"][0]["custom_args"]["notify_message_key"], m["personalizations"][0]["to"][0]["email"],
+         m["subject"]) for m in mails
+    ) == sorted([
         (key_of[("n-5", "email")], "chen@mailbox.invalid", "Payment of 12.50 received"),
         (key_of[("n-6", "email")], "bruno@example.com", "Eid sale: 20% off"),
     ])
+    [accepted] = world.sendgrid.sent  # Chen's was refused: not a valid address
+    assert (accepted.to, by_message[("n-6", "email")].provider_ref) == ("bruno@example.com", accepted.message_id)
+    assert "List-Unsubscribe" in accepted.headers  # a campaign: its one-click link
 
     # exactly one dead letter: the bad mailbox, at its first attempt; rule outcomes are statuses
     letters = read_records(kafka_bootstrap, cfg.senders.dlq_topic, "dead_letter")
@@ -96,16 +125,19 @@ def test_the_story_end_to_end(
 
     # what the demo prints: each rule by name, and no parameter or address
     text = "\n".join(lines)
-    assert "n-1  u-bruno  push  attempt 1: skipped (no_address)" in text
+    assert "n-1  u-bruno  push  attempt 1: sent via fcm [order_shipped v2 en]" in text
+    assert "n-4  u-chen   push  attempt 1: skipped (no_address)" in text
     assert "n-4  u-chen   email attempt 1: skipped (opted_out)" in text
     assert "n-8  u-chen   sms   attempt 1: rejected (missing_parameter: pct)" in text
     assert "(quiet_hours) until 08:00" in text and story.zone in text
     # and which protocol each channel used: the providers its dispatcher was built with, and their calls
     assert story.protocols == [
-        "  push  primary fake (push-service), 0 calls",
-        "  sms   primary fake (sms-gateway), 3 calls",
-        "  email primary fake (mail-relay), 2 calls",
+        "  push  primary fcm-http-v1 (fcm), 1 call",
+        "  sms   primary twilio-messages (twilio), 3 calls",
+        "  email primary sendgrid-v3 (sendgrid), 2 calls",
     ]
     assert "The protocol each channel used" in text and all(line in lines for line in story.protocols)
-    for secret in ("1001", "12.50", "+351", "+880", "+86", "@example.com", "mailbox.invalid", "tok-amina", "% off"):
-        assert secret not in text
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    keys = (world.twilio.auth_token, world.sendgrid.api_key, "PRIVATE KEY")
+    for secret in ("1001", "12.50", "+351", "+880", "+86", "@example.com", "mailbox.invalid", "tok-amina", "tok-bruno", "% off", *keys):
+        assert secret not in text and secret not in logged

@@ -16,6 +16,7 @@ import pytest
 from pydantic import SecretStr
 
 from harness.ports import free_port
+from harness.provider_servers.tls import Pki, make_pki
 from operators.errors import ConfigError
 from operators.records import Channel
 from senders.errors import ProviderPermanentError, ProviderRetryableError
@@ -25,7 +26,6 @@ from senders.runtime.pool import build_dispatchers
 from settings import Settings
 from tests.senders.conftest import sample_message, send_now
 from tests.senders.fake_http import FakeHttpProvider
-from tests.senders.tls import Pki, make_pki
 
 
 def _send(provider: HttpProvider | SmtpProvider, to: str = "+15550100", channel: Channel = Channel.SMS) -> Any:

@@ -1,5 +1,5 @@
 """The Twilio adapter against a local server that speaks Twilio's Messages API
-(tests/senders/twilio_stub.py): the form it posts, basic auth, the sid kept as the provider's
+(harness/provider_servers/twilio.py): the form it posts, basic auth, the sid kept as the provider's
 message id, and each class of answer (deactivated, kept, retried with Retry-After, the
 deadline)."""
 
@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
+from harness.provider_servers.twilio import Step, TwilioStub
 from operators.errors import ConfigError
 from operators.records import Channel
 from senders.errors import ProviderPermanentError, ProviderRetryableError
@@ -19,7 +20,6 @@ from senders.providers import TwilioProvider, build_provider
 from senders.runtime.metrics import Metrics
 from settings import Settings
 from tests.senders.conftest import sample_message, send_now
-from tests.senders.twilio_stub import Step, TwilioStub
 
 CALLBACK = "https://notify.example.com/webhooks/twilio"
 

@@ -21,13 +21,13 @@ import hmac
 import json
 import re
 import secrets
-from collections import Counter
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlencode
 
 import httpx
 
-from tests.senders.stub_http import Reply, Request, StubServer
+from harness.provider_servers.http1 import Reply, Request, StubServer
+from harness.provider_servers.script import Script
 
 E164 = re.compile(r"\+[1-9]\d{6,14}")
 MESSAGES = re.compile(r"/2010-04-01/Accounts/(?P<sid>AC[0-9a-f]{32})/Messages\.json")
@@ -65,10 +65,9 @@ class TwilioStub(StubServer):
         super().__init__()
         self.account_sid = account_sid or "AC" + secrets.token_hex(16)
         self.auth_token = auth_token or secrets.token_hex(16)
-        self.script: dict[str, list[Step]] = {}
+        self.script: Script[Step] = Script(Step())
         self.sent: list[SentSms] = []
         self.requests: list[Request] = []
-        self._seen: Counter[str] = Counter()
 
     def _error(self, status: int, code: int, message: str, headers: dict[str, str] | None = None) -> Reply:
         body = {"code": code, "message": message, "more_info": f"https://www.twilio.com/docs/errors/{code}",
@@ -91,11 +90,7 @@ class TwilioStub(StubServer):
         to = form.get("To")
         if not to:
             return self._error(400, 21604, "A 'To' phone number is required.")
-        with self.lock:
-            nth = self._seen[to]
-            self._seen[to] += 1
-        steps = self.script.get(to)
-        step = steps[min(nth, len(steps) - 1)] if steps else Step()
+        step = self.script.next(to)
         if step.stall_s:
             return Reply(201, {"Content-Type": "application/json"}, b"{}", delay_s=step.stall_s)
         if step.code is not None:

@@ -1,5 +1,5 @@
 """What the tests' push servers share: an ASGI app served by hypercorn on a thread of its own,
-HTTP/2 over TLS (a throwaway CA, tests/senders/tls.py) or h2c (prior knowledge), a clock the
+HTTP/2 over TLS (a throwaway CA, harness/provider_servers/tls.py) or h2c (prior knowledge), a clock the
 test moves, and the requests each server saw (HTTP version, connection, headers, body)."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import Any
 from hypercorn.asyncio import serve
 from hypercorn.config import Config
 
-from tests.senders.tls import Pki
+from harness.provider_servers.script import Script
+from harness.provider_servers.tls import Pki
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -69,9 +70,17 @@ class H2Server:
     """Subclasses answer ``handle(seen) -> Reply`` (a coroutine); this serves them. Every
     request is recorded in ``seen``; ``in_flight`` / ``peak_in_flight`` count those being answered."""
 
-    def __init__(self, *, pki: Pki | None, max_streams: int = 1000) -> None:
+    def __init__(self, *, pki: Pki | None, max_streams: int = 1000, delay_s: float = 0.0,
+                 slow_s: float = 5.0) -> None:
+        """``delay_s``: every scripted answer takes this long (a provider's latency); ``slow_s``:
+        how long a ``"slow"`` one takes (past the client's deadline)."""
         self.pki = pki
         self.max_streams = max_streams
+        self.delay_s = delay_s
+        self.slow_s = slow_s
+        #: per device token, the answers of its requests: ``"ok"``, ``"slow"`` or a name of the
+        #: subclass's ``ANSWERS``
+        self.script: Script[str] = Script("ok")
         self.seen: list[Seen] = []
         self.in_flight = 0
         self.peak_in_flight = 0
@@ -91,6 +100,18 @@ class H2Server:
 
     async def handle(self, seen: Seen) -> Reply:
         raise NotImplementedError
+
+    async def scripted(self, device: str, answers: dict[str, Reply]) -> Reply | None:
+        """The next scripted answer for ``device``, after the server's latency: one of
+        ``answers``, or None for ``"ok"`` (the subclass answers success its own way)."""
+        answer = self.script.next(device)
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        if answer == "slow":
+            await asyncio.sleep(self.slow_s)
+        elif answer != "ok":
+            return answers[answer]
+        return None
 
     # -- serving ----------------------------------------------------------------------------------
 

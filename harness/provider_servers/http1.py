@@ -1,11 +1,14 @@
-"""A local HTTP/1.1 server for the providers' protocol stubs: an asyncio server on a thread of its
-own (keep-alive, many connections), each request handed to ``handle`` with its method, target,
-headers (names in lower case) and body. Subclasses speak one provider's protocol."""
+"""A local HTTP/1.1 server under the protocol servers of Twilio and SendGrid: an asyncio server on
+a thread of its own (keep-alive, many connections), each request handed to ``handle`` with its
+method, target, headers (names in lower case) and body. Subclasses speak one provider's protocol."""
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +19,7 @@ class Request:
     target: str
     headers: dict[str, str]
     body: bytes
+    at: float = field(default_factory=time.time)  # when it arrived
 
 
 @dataclass
@@ -24,6 +28,51 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
     delay_s: float = 0.0  # answered after this long (a slow server)
+
+
+@dataclass(frozen=True)
+class Serving:
+    """An asyncio server listening on 127.0.0.1, its loop running on a thread of its own."""
+
+    loop: asyncio.AbstractEventLoop
+    server: asyncio.Server
+    port: int
+    thread: threading.Thread
+
+
+def serve_in_thread(handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]], *,
+                    name: str, tls: ssl.SSLContext | None = None, backlog: int = 1024,
+                    limit: int = 1 << 16) -> Serving:
+    """Start ``handler``'s server on a free port of 127.0.0.1 in a thread of its own; returns once
+    it listens (it serves until ``server.close()`` is called on its loop)."""
+    started = threading.Event()
+    found: dict[str, Any] = {}
+
+    def run() -> None:
+        loop = asyncio.new_event_loop()
+        found["loop"] = loop
+
+        async def main() -> None:
+            server = await asyncio.start_server(handler, "127.0.0.1", 0, ssl=tls, backlog=backlog, limit=limit)
+            found["server"] = server
+            started.set()
+            async with server:
+                try:
+                    await server.serve_forever()
+                except asyncio.CancelledError:
+                    pass
+
+        try:
+            loop.run_until_complete(main())
+        finally:
+            loop.close()
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    if not started.wait(10):
+        raise RuntimeError(f"{name} did not start")
+    server: asyncio.Server = found["server"]
+    return Serving(found["loop"], server, server.sockets[0].getsockname()[1], thread)
 
 
 class StubServer:
@@ -75,31 +124,8 @@ class StubServer:
             writer.close()
 
     def start(self) -> Any:
-        started = threading.Event()
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-
-            async def main() -> None:
-                self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, backlog=1024)
-                self.port = self._server.sockets[0].getsockname()[1]
-                started.set()
-                async with self._server:
-                    try:
-                        await self._server.serve_forever()
-                    except asyncio.CancelledError:
-                        pass
-
-            try:
-                loop.run_until_complete(main())
-            finally:
-                loop.close()
-
-        self._thread = threading.Thread(target=run, name=type(self).__name__, daemon=True)
-        self._thread.start()
-        if not started.wait(10):
-            raise RuntimeError(f"{type(self).__name__} did not start")
+        serving = serve_in_thread(self._serve, name=type(self).__name__)
+        self._loop, self._server, self.port, self._thread = serving.loop, serving.server, serving.port, serving.thread
         return self
 
     def stop(self) -> None:

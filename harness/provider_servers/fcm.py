@@ -10,7 +10,6 @@ expired by its clock, checks the message's shape, and answers per device token f
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import itertools
 import json
@@ -25,9 +24,9 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from harness.provider_servers.h2 import H2Server, Reply, Seen, error_json
+from harness.provider_servers.tls import Pki
 from senders.providers.credentials import FCM_SCOPE, JWT_BEARER
-from tests.senders.h2_server import H2Server, Reply, Seen, error_json
-from tests.senders.tls import Pki
 
 FCM_ERROR = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"
@@ -48,7 +47,8 @@ ANSWERS: dict[str, Reply] = {
         400, "INVALID_ARGUMENT", "The registration token is not a valid FCM registration token",
         _fcm("INVALID_ARGUMENT"))),
     "INVALID_TOKEN_FIELD": Reply(400, error_json(
-        400, "INVALID_ARGUMENT", "Invalid value at 'message.token'", _field("message.token", "Invalid registration token"))),
+        400, "INVALID_ARGUMENT", "Invalid value at 'message.token'",
+        _field("message.token", "Invalid registration token"))),
     "INVALID_PAYLOAD": Reply(400, error_json(
         400, "INVALID_ARGUMENT", "Invalid value at 'message.data[0].value' (TYPE_STRING), 12",
         _field("message.data[0].value", "Invalid value at 'message.data[0].value' (TYPE_STRING), 12"))),
@@ -86,21 +86,17 @@ class FcmServer(H2Server):
                  key: rsa.RSAPrivateKey | None = None) -> None:
         """``key``: the service account's; by default one key shared by every server (RSA keys
         take a while to make)."""
-        super().__init__(pki=pki)
+        super().__init__(pki=pki, delay_s=delay_s, slow_s=slow_s)
         self.project = project
         self.clock = clock or time.time
         self.expires_in = expires_in
-        self.delay_s = delay_s
-        self.slow_s = slow_s
         self.key = key or _shared_key()
         self.key_id = "key-1"
         self.client_email = f"sender@{project}.iam.gserviceaccount.com"
-        self.script: dict[str, list[str]] = {}
         self.token_replies: list[Reply] = []
         self.refuse_tokens = False
         self.issued: dict[str, float] = {}  # access token -> expires at (server clock)
         self.assertions: list[dict[str, Any]] = []  # the claims of every assertion taken
-        self._nth: dict[str, int] = {}
         self._ids = itertools.count(1)
 
     @property
@@ -174,17 +170,9 @@ class FcmServer(H2Server):
         problem = _check_message(seen)
         if problem is not None:
             return Reply(400, error_json(400, "INVALID_ARGUMENT", problem, _field("message", problem)))
-        device = seen.json()["message"]["token"]
-        nth = self._nth.get(device, 0)
-        self._nth[device] = nth + 1
-        steps = self.script.get(device, ["ok"])
-        answer = steps[min(nth, len(steps) - 1)]
-        if self.delay_s:
-            await asyncio.sleep(self.delay_s)
-        if answer == "slow":
-            await asyncio.sleep(self.slow_s)
-        elif answer != "ok":
-            return ANSWERS[answer]
+        answer = await self.scripted(seen.json()["message"]["token"], ANSWERS)
+        if answer is not None:
+            return answer
         return Reply(200, {"name": f"projects/{self.project}/messages/0:{next(self._ids)}%31bd1c9631bd1c96"})
 
 

@@ -20,7 +20,6 @@ import base64
 import json
 import secrets
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +27,8 @@ import httpx
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from tests.senders.stub_http import Reply, Request, StubServer
+from harness.provider_servers.http1 import Reply, Request, StubServer
+from harness.provider_servers.script import Script
 
 INVALID_ADDRESS = {"message": "Does not contain a valid address.", "field": "personalizations.0.to.0.email",
                    "help": "http://sendgrid.com/docs/API_Reference/Web_API_v3/Mail/errors.html#message.personalizations.to"}
@@ -64,10 +64,9 @@ class SendGridStub(StubServer):
     def __init__(self, api_key: str | None = None) -> None:
         super().__init__()
         self.api_key = api_key or "SG." + secrets.token_urlsafe(16)
-        self.script: dict[str, list[Step]] = {}
+        self.script: Script[Step] = Script(Step())
         self.sent: list[SentMail] = []
         self.requests: list[Request] = []
-        self._seen: Counter[str] = Counter()
         self._key = ec.generate_private_key(ec.SECP256R1())
         der = self._key.public_key().public_bytes(serialization.Encoding.DER,
                                                   serialization.PublicFormat.SubjectPublicKeyInfo)
@@ -95,11 +94,7 @@ class SendGridStub(StubServer):
             assert all(isinstance(v, str) for v in (body["personalizations"][0].get("custom_args") or {}).values())
         except (ValueError, KeyError, IndexError, TypeError, AssertionError):
             return self._errors(400, {"message": "Bad Request", "field": None, "help": None})
-        with self.lock:
-            nth = self._seen[to]
-            self._seen[to] += 1
-        steps = self.script.get(to)
-        step = steps[min(nth, len(steps) - 1)] if steps else Step()
+        step = self.script.next(to)
         if step.stall_s:
             return Reply(202, delay_s=step.stall_s)
         if step.status >= 300:
@@ -118,7 +113,8 @@ class SendGridStub(StubServer):
     def event(self, mail: SentMail, name: str, **extra: Any) -> dict[str, Any]:
         """One event of ``mail`` as the webhook carries it (its custom arguments at the top level)."""
         return {
-            "email": mail.to, "timestamp": int(time.time()), "smtp-id": f"<{mail.message_id}@ismtpd0001p1.sendgrid.net>",
+            "email": mail.to, "timestamp": int(time.time()),
+            "smtp-id": f"<{mail.message_id}@ismtpd0001p1.sendgrid.net>",
             "event": name, "sg_event_id": secrets.token_urlsafe(16),
             "sg_message_id": f"{mail.message_id}.filterdrecv-5bd7c6b5c6-k2xv7-1-6581C0D1-2.0",
             **mail.custom_args, **extra,

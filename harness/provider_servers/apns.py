@@ -12,7 +12,6 @@ then each device token is answered from ``script``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import time
@@ -26,8 +25,8 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from tests.senders.h2_server import H2Server, Reply, Seen
-from tests.senders.tls import Pki
+from harness.provider_servers.h2 import H2Server, Reply, Seen
+from harness.provider_servers.tls import Pki
 
 #: how long APNs takes a provider token, and the least time between two of them
 TOKEN_LIFETIME_S = 3600
@@ -73,16 +72,12 @@ class ApnsServer(H2Server):
     def __init__(self, *, pki: Pki | None, team_id: str = "TEAM123456", key_id: str = "KEY1234567",
                  topic: str = "com.example.app", clock: Callable[[], float] | None = None,
                  delay_s: float = 0.0, slow_s: float = 5.0) -> None:
-        super().__init__(pki=pki)
+        super().__init__(pki=pki, delay_s=delay_s, slow_s=slow_s)
         self.team_id, self.key_id, self.topic = team_id, key_id, topic
         self.clock = clock or time.time
-        self.delay_s = delay_s
-        self.slow_s = slow_s
         self.key = ec.generate_private_key(ec.SECP256R1())
-        self.script: dict[str, list[str]] = {}
         self.tokens: dict[str, TokenUse] = {}  # every provider token taken, in order
         self.expire_tokens_before: float | None = None
-        self._nth: dict[str, int] = {}
 
     def p8(self) -> str:
         """The signing key as Apple's ``.p8`` file holds it (PKCS#8 PEM)."""
@@ -104,17 +99,9 @@ class ApnsServer(H2Server):
         problem = self._check(seen, unquote(match.group(1)))
         if problem is not None:
             return problem
-        device = unquote(match.group(1))
-        nth = self._nth.get(device, 0)
-        self._nth[device] = nth + 1
-        steps = self.script.get(device, ["ok"])
-        answer = steps[min(nth, len(steps) - 1)]
-        if self.delay_s:
-            await asyncio.sleep(self.delay_s)
-        if answer == "slow":
-            await asyncio.sleep(self.slow_s)
-        elif answer != "ok":
-            return ANSWERS[answer]
+        answer = await self.scripted(unquote(match.group(1)), ANSWERS)
+        if answer is not None:
+            return answer
         return Reply(200, b"", (("apns-id", seen.headers.get("apns-id") or str(uuid.uuid4()).upper()),))
 
     def _provider_token(self, authorization: str | None) -> Reply | None:
@@ -126,7 +113,8 @@ class ApnsServer(H2Server):
             claims = jwt.decode(token, self.key.public_key(), algorithms=["ES256"], options={"verify_iat": False})
         except jwt.PyJWTError:
             return _reason(403, "InvalidProviderToken")
-        if header.get("kid") != self.key_id or claims.get("iss") != self.team_id or not isinstance(claims.get("iat"), int):
+        iss, iat_ok = claims.get("iss"), isinstance(claims.get("iat"), int)
+        if header.get("kid") != self.key_id or iss != self.team_id or not iat_ok:
             return _reason(403, "InvalidProviderToken")
         now, iat = self.clock(), claims["iat"]
         if now - iat > TOKEN_LIFETIME_S or (self.expire_tokens_before is not None and iat < self.expire_tokens_before):
