@@ -11,11 +11,11 @@ JAVA_SOURCES := $(shell find connector/src/main -name '*.java' 2>/dev/null)
 # the contract is packaged into the connector jar
 CONTRACT := $(wildcard schemas/*)
 
-.PHONY: all setup system-packages venv jars demo test test-fast test-java lint typecheck chaos chaos-brokers clean kafka-start kafka-stop bench bench-full
+.PHONY: all setup system-packages venv jars jaeger demo test test-fast test-java lint typecheck chaos chaos-brokers clean kafka-start kafka-stop bench bench-full
 
 all: test
 
-setup: system-packages venv jars
+setup: system-packages venv jars jaeger
 
 # Servers and tools the tests run, from Debian's packages, installed only where missing:
 # PostgreSQL (initdb/pg_ctl start a throwaway cluster for the shared status store's tests),
@@ -32,6 +32,7 @@ system-packages:
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
+	command -v go >/dev/null 2>&1 || missing="$$missing golang-go"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then sudo=""; \
 	  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo="sudo"; \
@@ -47,6 +48,16 @@ $(VENV_STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test,dev]'
 	touch $@
+
+# Jaeger (the traces' collector and query API in the tests, harness/local_jaeger.py), built once from
+# the Go module proxy into .cache/jaeger/<version>/ (pinned as a tool of tools/jaeger/go.mod: its own
+# go.mod has replace directives, so `go install ...@version` refuses it; golang-go from Debian's
+# packages where no Go is installed).
+JAEGER_VERSION := v1.76.0
+JAEGER_BIN := .cache/jaeger/$(JAEGER_VERSION)/jaeger
+jaeger: $(JAEGER_BIN)
+$(JAEGER_BIN): tools/jaeger/go.mod tools/jaeger/go.sum
+	cd tools/jaeger && go build -trimpath -o $(CURDIR)/$(JAEGER_BIN) github.com/jaegertracing/jaeger/cmd/jaeger
 
 # Jars from Maven Central (pom.xml): the Kafka broker, the Flink Kafka connector, our adapters.
 jars: $(JARS_STAMP)

@@ -151,6 +151,7 @@ def accept(
     dedup_key: str,
     notification_id: str,
     now_ms: int,
+    traceparent: str | None = None,
 ) -> Accepted:
     """The request to write for ``body``, or ApiError (400, 403)."""
     template = template_for(catalog, body.template, caller)
@@ -168,6 +169,7 @@ def accept(
             "event_time": at,
             "dedup_key": dedup_key,
             "dedup_ttl_sec": body.dedup_ttl_sec,
+            "traceparent": traceparent,
         },
         limits,
         now_ms,

@@ -34,6 +34,7 @@ from api.producer import NotAcknowledged
 from api.services import Services, services
 from api.store import RequestRecord
 from api.users import check_user
+from operators.tracing import CALLER, NOTIFICATION_ID
 from senders.errors import StoreUnavailableError
 from senders.store.profiles import ProfileRead
 
@@ -83,10 +84,13 @@ async def post_notification(
         "the caller's key of this request (UTF-8): the same key and body again gets the first answer"))] = None,
     dedup_namespace: Annotated[str | None, Header(alias=NAMESPACE_HEADER, description=(
         "a shared dedup namespace the caller was granted: the dedup key is then ns:<namespace>/<key>"))] = None,
+    traceparent: Annotated[str | None, Header(description=(
+        "W3C trace context of the caller's span: the notification's trace continues it (traces on)"))] = None,
 ) -> Any:
     # the route as the OpenAPI document shows it; the gate serves it by ``serve`` (below): the same
     # ``notify`` without the framework's routing, dependencies and response classes
-    status, answer = await notify(services(request), request.state.caller, body, idempotency_key, dedup_namespace)
+    status, answer = await notify(services(request), request.state.caller, body, idempotency_key, dedup_namespace,
+                                  traceparent)
     return JSONResponse(answer, status_code=status)
 
 
@@ -97,7 +101,8 @@ async def serve(scope: AsgiScope, body: bytes, send: Send, s: Services) -> None:
     answer. Headers as the server hands them over (latin-1, byte for byte)."""
     try:
         status, answer = await notify(s, scope["state"]["caller"], parse_body(scope, body),
-                                      header(scope, b"idempotency-key"), header(scope, b"dedup-namespace"))
+                                      header(scope, b"idempotency-key"), header(scope, b"dedup-namespace"),
+                                      header(scope, b"traceparent"))
     except ApiError as error:
         await respond(send, error)
         return
@@ -127,10 +132,40 @@ def parse_body(scope: AsgiScope, body: bytes) -> NotificationIn:
 
 
 async def notify(
-    s: Services, caller: Caller, body: NotificationIn, idempotency_key: str | None, dedup_namespace: str | None
+    s: Services,
+    caller: Caller,
+    body: NotificationIn,
+    idempotency_key: str | None,
+    dedup_namespace: str | None,
+    traceparent: str | None = None,
 ) -> tuple[int, dict[str, Any]]:
     """A notification of ``caller``: (202, the answer) once Kafka has it, or (200, the first
-    answer) for a repeat; raises ApiError (400, 403, 404, 409, 422, 503)."""
+    answer) for a repeat; raises ApiError (400, 403, 404, 409, 422, 503). With traces on, in a
+    span of its own (a child of the caller's ``traceparent``), whose context the request record
+    carries on to the job and the senders."""
+    if not s.tracing.on:
+        return await _notify(s, caller, body, idempotency_key, dedup_namespace)
+    with s.tracing.span(f"POST {ROUTE}", parent=traceparent, kind="server",
+                        attributes={CALLER: caller.name, "http.route": ROUTE}) as span:
+        assert span is not None
+        try:
+            status, answer = await _notify(s, caller, body, idempotency_key, dedup_namespace, s.tracing.traceparent())
+        except ApiError as error:
+            span.set_attribute("http.response.status_code", error.status)
+            raise
+        span.set_attribute("http.response.status_code", status)
+        span.set_attribute(NOTIFICATION_ID, answer["id"])
+        return status, answer
+
+
+async def _notify(
+    s: Services,
+    caller: Caller,
+    body: NotificationIn,
+    idempotency_key: str | None,
+    dedup_namespace: str | None,
+    traceparent: str | None = None,
+) -> tuple[int, dict[str, Any]]:
     namespace = header_text(dedup_namespace, NAMESPACE_HEADER, "invalid_namespace")
     space = dedup_space(caller, namespace)
     raw = header_text(idempotency_key, "Idempotency-Key", "invalid_idempotency_key")
@@ -141,7 +176,7 @@ async def notify(
     now = _now_ms()
     notification_id = f"n_{os.urandom(16).hex()}"
     accepted = accept(body, caller=caller, catalog=s.catalog, limits=s.limits, dedup_key=dedup_key,
-                      notification_id=notification_id, now_ms=now)
+                      notification_id=notification_id, now_ms=now, traceparent=traceparent)
     fp = fingerprint(caller, body, namespace)
     reserved, profile = await _reserve(s, idem_key, fp, notification_id, body.user_id)
     if reserved.outcome is Reservation.REPLAY:

@@ -23,6 +23,7 @@ from api.singletons import Singletons, SingletonsContext
 from api.tokens import TokenCache
 from api.writer import StoreWriter
 from operators.limits import RequestLimits
+from operators.tracing import OFF, Tracing, start_tracing
 from senders.profiles.crypto import ContactCipher
 from senders.runtime.pool import contact_cipher, store_location
 from senders.store.db import Database, open_database
@@ -49,6 +50,7 @@ class Services:
     writer: StoreWriter
     profiles: ProfileReads
     metrics: ApiMetrics
+    tracing: Tracing = OFF
     ready: bool = field(default=False)
 
     def start(self) -> None:
@@ -67,6 +69,7 @@ class Services:
         self.writer.stop(timeout)
         self.pool.close()
         self.metrics.unwatch_gc()
+        self.tracing.shutdown()
 
 
 def build_services(cfg: Settings) -> Services:
@@ -149,6 +152,7 @@ def build_services(cfg: Settings) -> Services:
         writer=StoreWriter(opener, terms, read_profile, api.writer_max_batch, metrics.reservation_batch.observe),
         profiles=profiles,
         metrics=metrics,
+        tracing=start_tracing(cfg.telemetry.otlp_endpoint, cfg.telemetry.service("api")),
     )
 
 

@@ -184,6 +184,7 @@ def request_record(req: NotificationRequest) -> dict[str, Any]:
         "event_time": req.event_time,
         "dedup_key": req.dedup_key,
         "dedup_ttl_sec": req.dedup_ttl_sec,
+        "traceparent": req.traceparent,
     }
 
 

@@ -82,28 +82,53 @@ def encode(stem: str, record: Mapping[str, Any]) -> bytes:
 
 
 def decode(stem: str, raw: bytes) -> Any:
-    """Decode a record; raises ValueError when bytes are missing or left over."""
+    """Decode a record; raises ValueError when bytes are missing or left over.
+
+    A record that ends where its trailing optional fields (``["null", ...]``, default null) begin
+    was written before they were added (an old producer, a record from before an upgrade): they
+    read as null, as the JVM's AvroReader reads them.
+    """
+    try:
+        return _decode_as(stem, raw, load_schema(stem), _expanded(stem))
+    except Exception:
+        for writer, expanded in _older(stem):
+            try:
+                return _decode_as(stem, raw, writer, expanded, reader=load_schema(stem))
+            except Exception:  # noqa: S112 - the next older form may fit; the first error is raised
+                continue
+        raise
+
+
+def _decode_as(stem: str, raw: bytes, writer: Any, expanded: Any, reader: Any = None) -> Any:
     buf = io.BytesIO(raw)
-    record = schemaless_reader(buf, load_schema(stem), None)
+    record = schemaless_reader(buf, writer, reader)
     if buf.tell() != len(raw):
         raise ValueError(f"{len(raw) - buf.tell()} trailing bytes after the record")
-    _check_indexes(stem, raw)
+    # Reject an enum or union index out of range, as the JVM's reader does: fastavro uses the
+    # index as a Python list index, so a negative one (the byte 0x01 is -1) silently decodes as the
+    # symbol or branch counted from the end.
+    _skip(expanded, memoryview(raw), 0)
     return record
+
+
+@cache
+def _older(stem: str) -> tuple[tuple[Any, Any], ...]:
+    """The schema without its last 1, 2, ... trailing optional fields (writer and expanded forms)."""
+    out = []
+    full = _expanded(stem)
+    fields = full["fields"]
+    n = len(fields)
+    while n > 0 and isinstance(fields[n - 1]["type"], list) and fields[n - 1]["type"][0] == "null":
+        n -= 1
+        older = {**full, "fields": fields[:n]}
+        out.append((parse_schema(older, _write_hint=False), older))
+    return tuple(out)
 
 
 @cache
 def _expanded(stem: str) -> Any:
     """The schema with every named type written out in place (no references left)."""
     return _parse(str(SCHEMAS_DIR), stem, expand=True)
-
-
-def _check_indexes(stem: str, raw: bytes) -> None:
-    """Reject an enum or union index out of range, as the JVM's EventTimeAssigner does.
-
-    fastavro uses the index as a Python list index, so a negative one (the byte 0x01 is -1)
-    silently decodes as the symbol or branch counted from the end.
-    """
-    _skip(_expanded(stem), memoryview(raw), 0)
 
 
 def read_long(raw: bytes | memoryview, pos: int) -> tuple[int, int]:
@@ -209,6 +234,9 @@ def request_from_fields(rec: Mapping[str, Any]) -> NotificationRequest:
     ttl = rec.get("dedup_ttl_sec")
     if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int)):
         raise InvalidRecordError("dedup_ttl_sec must be an integer or null")
+    traceparent = rec.get("traceparent")
+    if traceparent is not None and not isinstance(traceparent, str):
+        raise InvalidRecordError("traceparent must be a string or null")
     return NotificationRequest(
         notification_id=rec["notification_id"],
         user_id=rec["user_id"],
@@ -220,6 +248,7 @@ def request_from_fields(rec: Mapping[str, Any]) -> NotificationRequest:
         category=category,
         dedup_key=dedup_key,
         dedup_ttl_sec=ttl,
+        traceparent=traceparent,
     )
 
 

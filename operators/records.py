@@ -37,6 +37,7 @@ class NotificationRequest:
     category: Category = Category.TRANSACTIONAL
     dedup_key: str | None = None
     dedup_ttl_sec: int | None = None
+    traceparent: str | None = None  # W3C trace context of the request's trace (operators.tracing)
 
     def to_avro(self) -> dict[str, object]:
         """The request as the dict fastavro writes for ``NotificationRequest``."""
@@ -51,6 +52,7 @@ class NotificationRequest:
             "event_time": self.event_time,
             "dedup_key": self.dedup_key,
             "dedup_ttl_sec": self.dedup_ttl_sec,
+            "traceparent": self.traceparent,
         }
 
 

@@ -46,6 +46,7 @@ class Delivery:
     params: Mapping[str, str] = field(default_factory=dict, repr=False)  # codes: never in repr or logs
     event_time_ms: int = 0  # the accepted request's: it chooses the template version
     category: str = "transactional"  # the request's (transactional, marketing): labels the SLIs
+    traceparent: str | None = None  # the request's trace context: the attempt's spans continue it
 
 
 def from_channel_record(
@@ -76,6 +77,7 @@ def from_channel_record(
         last_error=last_error,
         event_time_ms=int(msg["event_time"]),
         category=str(msg["category"]),
+        traceparent=msg.get("traceparent"),
     )
 
 

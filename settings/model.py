@@ -21,6 +21,7 @@ from settings.flink import FlinkSettings
 from settings.kafka import KafkaSettings
 from settings.senders import SendersSettings
 from settings.sources import Layers, current_layers, layered, section_fields
+from settings.telemetry import TelemetrySettings
 from settings.topics import TopicNames
 
 
@@ -36,6 +37,7 @@ class Settings(BaseSettings):
     :param flink: the ``[flink]`` section
     :param senders: the ``[senders]`` section
     :param api: the ``[api]`` section
+    :param telemetry: the ``[telemetry]`` section: traces
     :param data_dir: local state of the tools (the local broker, the senders' store)
     """
 
@@ -47,6 +49,7 @@ class Settings(BaseSettings):
     flink: FlinkSettings = Field(default_factory=FlinkSettings)
     senders: SendersSettings = Field(default_factory=SendersSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
+    telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
     data_dir: str = ".data"
 
     def __init__(self, **values: Any) -> None:

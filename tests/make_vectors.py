@@ -55,6 +55,7 @@ def requests() -> list[NotificationRequest]:
             event_time=1_796_115_600_000 + i * 1_001, priority=list(Priority)[i % 3],
             category=list(Category)[i % 2], dedup_key=[None, "", "explicit:ключ"][i % 3],
             dedup_ttl_sec=[None, 300, 0, 2_592_001][i % 4],
+            traceparent=[None, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"][i % 2],
         ))
     return out
 

@@ -17,6 +17,18 @@ from collections.abc import Callable
 from typing import Any
 
 from operators.records import Channel
+from operators.tracing import (
+    ATTEMPT,
+    CHANNEL,
+    LANE,
+    MESSAGE_KEY,
+    NOTIFICATION_ID,
+    OFF,
+    OUTCOME,
+    PROVIDER,
+    AttributeValue,
+    Tracing,
+)
 from senders.errors import ProviderPermanentError, ProviderRetryableError
 from senders.policy.breaker import BreakerOptions, CircuitBreaker
 from senders.policy.bucket import RateLimit, TokenBucket
@@ -93,8 +105,10 @@ class Dispatcher:
         breaker: BreakerOptions,
         metrics: Metrics,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        tracing: Tracing = OFF,
     ) -> None:
         self.channel = channel
+        self._tracing = tracing
         self.primary = primary
         self.secondary = secondary
         self._limiters = {p.name: RateLimiter(limit) for p in (primary, secondary) if p is not None}
@@ -169,6 +183,32 @@ class Dispatcher:
             pass
 
     async def send(
+        self,
+        delivery: Delivery,
+        to: str,
+        message: Rendered,
+        budget_s: float = float("inf"),
+        *,
+        promised: bool = False,
+    ) -> AttemptResult:
+        """One attempt (see ``_send``); with traces on and a message that carries a trace context,
+        in a span of the message's trace (its provider calls are its children)."""
+        if delivery.traceparent is None or not self._tracing.on:
+            return await self._send(delivery, to, message, budget_s, promised=promised)
+        attributes: dict[str, AttributeValue] = {
+            MESSAGE_KEY: delivery.message_key, NOTIFICATION_ID: delivery.notification_id,
+            CHANNEL: self.channel.value, LANE: delivery.lane.value, ATTEMPT: delivery.attempt,
+        }
+        with self._tracing.span(f"send {self.channel.value}", parent=delivery.traceparent,
+                                attributes=attributes) as span:
+            assert span is not None
+            result = await self._send(delivery, to, message, budget_s, promised=promised)
+            span.set_attribute(OUTCOME, result.outcome.value)
+            if result.provider is not None:
+                span.set_attribute(PROVIDER, result.provider)
+            return result
+
+    async def _send(
         self,
         delivery: Delivery,
         to: str,
@@ -292,6 +332,19 @@ class Dispatcher:
                 AttemptOutcome.TRANSIENT,
                 f"no time left in the claim's lease for a call to {provider.name} (rate limit)",
             )
+        if delivery.traceparent is None or not self._tracing.on:
+            return await self._provider_call(provider, delivery, to, message)
+        attributes: dict[str, AttributeValue] = {
+            MESSAGE_KEY: delivery.message_key, PROVIDER: provider.name, CHANNEL: self.channel.value,
+        }
+        with self._tracing.child(f"{provider.name} call", kind="client", attributes=attributes) as span:
+            assert span is not None
+            result = await self._provider_call(provider, delivery, to, message)
+            span.set_attribute(OUTCOME, result.outcome.value)
+            return result
+
+    async def _provider_call(self, provider: Provider, delivery: Delivery, to: str, message: Rendered) -> AttemptResult:
+        """One call of ``provider``: its outcome as an AttemptResult."""
         try:
             receipt = await provider.send(to=to, message_key=delivery.message_key, message=message)
             return AttemptResult(AttemptOutcome.SENT, provider=provider.name, reference=receipt.reference)

@@ -15,6 +15,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from operators.errors import ConfigError
 from operators.records import Channel, Priority
+from operators.tracing import OFF, Tracing, start_tracing
 from ops import kafka_io
 from senders.errors import InstanceInUseError
 from senders.policy.leases import check_lease
@@ -118,6 +119,7 @@ def build_dispatchers(
     metrics: Metrics,
     providers: Mapping[Channel, tuple[Provider, Provider | None]] | None = None,
     workers_per_channel: int = 1,
+    tracing: Tracing = OFF,
 ) -> dict[Channel, Dispatcher]:
     """One dispatcher per channel; ``providers`` replaces the configured ones (tests, the demo).
     A provider's connections are sized for the calls of the ``workers_per_channel`` workers that
@@ -160,6 +162,7 @@ def build_dispatchers(
             limit=cfg.senders.rate_limit(channel),
             breaker=cfg.senders.breaker_options(),
             metrics=metrics,
+            tracing=tracing,
         )
     return out
 
@@ -231,6 +234,8 @@ class SenderPool:
     #: every failure a worker had (it was restarted after each, unless ``fatal`` is set)
     errors: list[BaseException] = field(default_factory=list)
     fatal: InstanceInUseError | None = None
+    #: the process's traces (``[telemetry]``): flushed when the pool stops
+    tracing: Tracing = OFF
     _threads: list[threading.Thread] = field(default_factory=list)
 
     def start(self) -> SenderPool:
@@ -346,6 +351,7 @@ class SenderPool:
             self._close_stores()
         if self.identity is not None:
             self.identity.release()
+        self.tracing.shutdown()
 
     def _close_stores(self) -> None:
         for worker in self.workers:
@@ -378,7 +384,8 @@ def build_pool(
     replaces the rules' and the handlers' clock (a test, or a demo at night somewhere)."""
     s = cfg.senders
     metrics = metrics if metrics is not None else Metrics()
-    dispatchers = build_dispatchers(cfg, channels, metrics, providers, len(lanes) * workers_per_lane)
+    tracing = start_tracing(cfg.telemetry.otlp_endpoint, cfg.telemetry.service("senders"))
+    dispatchers = build_dispatchers(cfg, channels, metrics, providers, len(lanes) * workers_per_lane, tracing)
     check_lease(s.lease_ms, _send_deadlines(dispatchers.values()))
     rules = rules_context(cfg, catalog)
     cipher = contact_cipher(cfg)
@@ -441,4 +448,4 @@ def build_pool(
                 )
     identity = ProcessIdentity(open_status_store(cfg).db, instance_id=instance, ttl_ms=s.instance_ttl_ms)
     restarts = RestartPolicy(initial_ms=s.restart_backoff_ms, max_ms=s.restart_backoff_max_ms)
-    return SenderPool(workers, metrics, dispatchers, identity=identity, restarts=restarts)
+    return SenderPool(workers, metrics, dispatchers, identity=identity, restarts=restarts, tracing=tracing)

@@ -23,6 +23,7 @@ from api.scopes import Scope
 from api.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from api.tables import prepare
 from api.tokens import create_caller
+from harness.local_jaeger import LocalJaeger
 from harness.ports import free_port
 from harness.settings_file import write_settings
 from operators.contract import Topics
@@ -171,6 +172,7 @@ class Pipeline:
     sender: str  # the token of caller "shop": send, status:read
     bootstrap: str
     support: str  # a support:read token
+    jaeger: LocalJaeger  # where the pipeline's traces go ([telemetry] otlp_endpoint)
 
     def client(self, token: str | None = None) -> httpx.Client:
         return self.api.client(token if token is not None else self.sender)
@@ -197,12 +199,14 @@ def pipeline(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> 
     root = tmp_path_factory.mktemp("pipeline")
     fake = FakeHttpProvider().start()
     provider = fake.url.split("/")[2]
+    # traces on, to a real Jaeger: test_pipeline's trace test finds a notification's trace in it
+    jaeger = LocalJaeger(root / "jaeger").start()
     # push's primary is the outbox (never used: no user has a push address, the pool sends SMS only),
     # so that the API serves GET /v1/outbox, from the pipeline's own data directory
     cfg = api_settings(
         kafka_bootstrap, root, senders={"sms_primary": fake.url, "push_primary": "outbox"},
         api={"webhook_secrets": f"{provider}=whsec-test-3f9a"},
-    ).model_copy(update={"data_dir": str(root / "data")})
+    ).with_overrides(telemetry={"otlp_endpoint": jaeger.otlp_endpoint}).model_copy(update={"data_dir": str(root / "data")})
     register_users(cfg, PIPELINE_USERS, [Channel.SMS])
     from jobs.runner import run_job
     from senders.runtime.pool import build_pool
@@ -212,7 +216,7 @@ def pipeline(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> 
     api = RunningApi(cfg, root).start()
     try:
         yield Pipeline(api, cfg, fake, provider, api.token("shop"), kafka_bootstrap,
-                       api.token("support", scopes=(Scope.SUPPORT_READ,)))
+                       api.token("support", scopes=(Scope.SUPPORT_READ,)), jaeger)
     finally:
         api.stop()
         pool.stop()
@@ -221,6 +225,7 @@ def pipeline(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> 
         except Exception:  # noqa: BLE001 - already finished
             pass
         fake.stop()
+        jaeger.stop()
 
 
 @pytest.fixture(scope="module")

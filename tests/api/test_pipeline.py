@@ -8,6 +8,7 @@ takes with a 200-byte key is then invalid downstream, so ``GET`` can be seen to 
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from pathlib import Path
@@ -16,6 +17,7 @@ import httpx
 import pytest
 
 from api.scopes import Scope
+from harness.local_jaeger import render_trace
 from operators import codec
 from operators.records import Category, Channel, NotificationRequest
 from ops import kafka_io
@@ -249,3 +251,73 @@ def test_a_duplicate_names_its_original_and_late_and_invalid_say_so(pipeline: Pi
     nid = invalid.json()["id"]
     wait_until(lambda: p.verdict(nid) == "invalid", 60, lambda: str(p.status(nid)))
     assert p.status(nid)["reason"] == "dedup_key of 205 bytes is over the limit of 100 bytes (dedup.max_field_bytes)"
+
+
+CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+CALLER_SPAN = "00f067aa0ba902b7"
+
+
+def _trace_of(p: Pipeline, message_key: str) -> dict | None:  # type: ignore[type-arg]
+    """The one trace Jaeger's query API finds for the message key, once it holds the API's span,
+    the attempt and the provider call (each process exports in batches)."""
+    traces = p.jaeger.traces(p.cfg.telemetry.service("senders"), {"message.key": message_key})
+    if len(traces) != 1:
+        return None
+    names = {s["operationName"] for s in traces[0]["spans"]}
+    return traces[0] if {"POST /v1/notifications", "send sms", f"{p.provider} call"} <= names else None
+
+
+def test_a_notification_is_one_trace_from_the_callers_span_to_the_provider_call(pipeline: Pipeline) -> None:
+    """The caller's traceparent, the API's span, the request and channel records carrying its
+    context through the job, the sender's attempt and its provider call: one trace in Jaeger,
+    found by the message key, each span the child of the one before, in its own service; and no
+    user id, address or parameter in any span."""
+    p = pipeline
+    body = {"user_id": "chen", "template": "order_shipped", "params": {"order": "TR-4411"}, "channels": ["sms"]}
+    reply = p.client().post("/v1/notifications", json=body, headers={
+        "Idempotency-Key": "evt-traced", "traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"})
+    assert reply.status_code == 202, reply.text
+    nid = reply.json()["id"]
+    wait_until(lambda: p.status(nid)["channels"]["sms"]["status"] == "sent", 60, lambda: str(p.status(nid)))
+    message_key = p.status(nid)["channels"]["sms"]["message_key"]
+    # the request record and the channel message carry the API span's context, in the caller's trace
+    [request] = [r for r in p.requests() if r["notification_id"] == nid]
+    [message] = [m for m in read_records(p.bootstrap, p.cfg.topics.sms, "channel_message")
+                 if m["notification_id"] == nid]
+    assert request["traceparent"].startswith(f"00-{CALLER_TRACE}-")
+    assert message["traceparent"] == request["traceparent"]
+
+    wait_until(lambda: _trace_of(p, message_key) is not None, 30, f"the trace of {message_key} in Jaeger")
+    trace = _trace_of(p, message_key)
+    assert trace is not None and trace["traceID"] == CALLER_TRACE
+    services = {pid: proc["serviceName"] for pid, proc in trace["processes"].items()}
+    spans = {s["operationName"]: s for s in trace["spans"]}
+
+    def parent(span: dict) -> str | None:  # type: ignore[type-arg]
+        refs = [r["spanID"] for r in span["references"] if r["refType"] == "CHILD_OF"]
+        return refs[0] if refs else None
+
+    def tags(span: dict) -> dict:  # type: ignore[type-arg]
+        return {t["key"]: t["value"] for t in span["tags"]}
+
+    api, attempt, call = spans["POST /v1/notifications"], spans["send sms"], spans[f"{p.provider} call"]
+    assert [services[s["processID"]] for s in (api, attempt, call)] == [
+        "notify-dedup-api", "notify-dedup-senders", "notify-dedup-senders"]
+    assert (parent(api), parent(attempt), parent(call)) == (CALLER_SPAN, api["spanID"], attempt["spanID"])
+    assert request["traceparent"] == f"00-{CALLER_TRACE}-{api['spanID']}-01"
+    assert {k: tags(api)[k] for k in ("caller", "notification.id", "http.response.status_code")} == {
+        "caller": "shop", "notification.id": nid, "http.response.status_code": 202}
+    assert {k: tags(attempt)[k] for k in ("message.key", "channel", "lane", "attempt", "outcome", "provider")} == {
+        "message.key": message_key, "channel": "sms", "lane": "normal", "attempt": 1, "outcome": "sent",
+        "provider": p.provider}
+    assert {k: tags(call)[k] for k in ("message.key", "provider", "outcome")} == {
+        "message.key": message_key, "provider": p.provider, "outcome": "sent"}
+    text = render_trace(trace)
+    assert [line.split()[:2] for line in text.splitlines()[1:]] == [
+        ["notify-dedup-api", "POST"], ["notify-dedup-senders", "send"], ["notify-dedup-senders", f"{p.provider}"]]
+    if os.environ.get("DEDUP_TRACE_TEXT"):  # the README's trace: DEDUP_TRACE_TEXT=<file> pytest -k one_trace
+        Path(os.environ["DEDUP_TRACE_TEXT"]).write_text(text + "\n", encoding="utf-8")
+    # what the logs may not hold, no span holds either
+    text = str(trace)
+    for secret in ("chen", address_of("chen", Channel.SMS), "TR-4411", p.sender):
+        assert secret not in text

@@ -70,6 +70,7 @@ def request_bytes(
     event_time: int = 1_000,
     dedup_key: bytes = zz(0),
     ttl: bytes = zz(0),
+    traceparent: bytes = zz(0),
 ) -> bytes:
     """A NotificationRequest written field by field, any index allowed."""
     chans = [0] if channels is None else channels
@@ -85,6 +86,7 @@ def request_bytes(
         + zz(event_time)
         + dedup_key
         + ttl
+        + traceparent
     )
 
 
@@ -101,6 +103,7 @@ def raw_request(**fields: Any) -> bytes:
         "event_time": 1_000,
         "dedup_key": None,
         "dedup_ttl_sec": None,
+        "traceparent": None,
     }
     rec.update(fields)
     return codec.encode("notification_request", rec)
@@ -237,9 +240,46 @@ def test_trailing_bytes() -> None:
 
 def test_truncated_record() -> None:
     raw = raw_request(dedup_key="abc")
-    for cut in range(1, len(raw)):
+    # a record that ends where its trailing optional fields begin (dedup_key, dedup_ttl_sec,
+    # traceparent: 5, 1 and 1 bytes here) was written by an older schema
+    # (test_a_request_of_an_older_schema_reads_as_null)
+    older = {len(raw) - 7, len(raw) - 2, len(raw) - 1}
+    for cut in sorted(set(range(1, len(raw))) - older):
         with pytest.raises(InvalidRecordError, match="undecodable NotificationRequest"):
             codec.decode_request(raw[:cut])
+
+
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def test_a_request_of_an_older_schema_reads_as_null() -> None:
+    """An old producer's request (written before traceparent) decodes, its traceparent null; so does
+    one from before dedup_ttl_sec; a cut inside a field with no default is still undecodable."""
+    before_traceparent = raw_request(dedup_key="k", dedup_ttl_sec=30)[:-1]
+    req = codec.decode_request(before_traceparent)
+    assert (req.dedup_key, req.dedup_ttl_sec, req.traceparent) == ("k", 30, None)
+    assert codec.decode_request(raw_request(dedup_key="k")[:-2]).dedup_key == "k"
+    with pytest.raises(InvalidRecordError):
+        codec.decode_request(raw_request(dedup_key="k")[:-3])  # inside dedup_key's string
+
+
+def test_a_request_carries_its_traceparent() -> None:
+    raw = raw_request(traceparent=TRACEPARENT)
+    assert raw == request_bytes(traceparent=zz(1) + s(TRACEPARENT))
+    assert codec.decode_request(raw).traceparent == TRACEPARENT
+    with pytest.raises(InvalidRecordError, match="traceparent must be a string"):
+        codec.request_from_fields({**codec.decode("notification_request", raw), "traceparent": 5})
+
+
+def test_a_channel_message_of_an_older_schema_reads_as_null() -> None:
+    """A channel message the job wrote before the upgrade reaches the new senders' decoder."""
+    msg = {"message_key": "k:push:1", "channel": "push", "notification_id": "n", "user_id": "u",
+           "template_id": "t", "params": {}, "channels": ["push"], "priority": "normal",
+           "category": "transactional", "event_time": 1, "dedup_key": "k", "dedup_ttl_sec": None,
+           "traceparent": TRACEPARENT}
+    assert codec.decode("channel_message", codec.encode("channel_message", msg))["traceparent"] == TRACEPARENT
+    old = codec.encode("channel_message", {**msg, "traceparent": None})[:-1]
+    assert codec.decode("channel_message", old) == {**msg, "traceparent": None}
 
 
 def test_invalid_utf8() -> None:

@@ -50,14 +50,43 @@ public final class AvroReader {
         this.buf = buf;
     }
 
-    /** One whole value of {@code schema}: nothing may be left over. */
+    /**
+     * One whole value of {@code schema}: nothing may be left over. A record may end where its
+     * trailing optional fields (unions whose first branch is null, so their default is null) begin:
+     * it was written before they were added, and they read as null.
+     */
     public static Object read(AvroSchema schema, byte[] bytes) throws MalformedException {
         AvroReader r = new AvroReader(bytes);
-        Object value = r.value(schema);
+        Object value = schema.kind == AvroSchema.Kind.RECORD ? r.record(schema) : r.value(schema);
         if (r.pos != bytes.length) {
             throw new MalformedException((bytes.length - r.pos) + " trailing bytes after the record");
         }
         return value;
+    }
+
+    private Object[] record(AvroSchema s) throws MalformedException {
+        Object[] out = new Object[s.fields().size()];
+        for (AvroSchema.Field f : s.fields()) {
+            if (pos == buf.length && optionalFrom(s, f.pos)) {
+                return out;
+            }
+            path = f.name;
+            out[f.pos] = value(f.schema);
+        }
+        path = "";
+        return out;
+    }
+
+    /** Whether every field from {@code first} on is a union whose first branch is null. */
+    static boolean optionalFrom(AvroSchema s, int first) {
+        List<AvroSchema.Field> fields = s.fields();
+        for (int i = first; i < fields.size(); i++) {
+            AvroSchema t = fields.get(i).schema;
+            if (t.kind != AvroSchema.Kind.UNION || t.branches().get(0).kind != AvroSchema.Kind.NULL) {
+                return false;
+            }
+        }
+        return true;
     }
 
     private MalformedException malformed(String what) {

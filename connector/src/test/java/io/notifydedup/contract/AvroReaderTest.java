@@ -18,6 +18,10 @@ class AvroReaderTest {
     private final AvroSchema request = contract.request();
 
     private byte[] valid() {
+        return valid(null);
+    }
+
+    private byte[] valid(String traceparent) {
         Object[] f = new Object[request.fields().size()];
         f[request.require("notification_id")] = "n-1";
         f[request.require("user_id")] = "ü-1";
@@ -29,7 +33,25 @@ class AvroReaderTest {
         f[request.require("event_time")] = 1_796_115_600_000L;
         f[request.require("dedup_key")] = "k";
         f[request.require("dedup_ttl_sec")] = null;
+        f[request.require("traceparent")] = traceparent;
         return AvroWriter.write(request, f);
+    }
+
+    /** A request of the schema before traceparent: the same bytes without the field's last union branch and string. */
+    @Test
+    void aRecordWrittenBeforeItsTrailingOptionalFieldsReadsThemAsNull() throws Exception {
+        Object[] f = (Object[]) AvroReader.read(request, valid("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"));
+        int tp = request.require("traceparent");
+        assertEquals("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", f[tp]);
+        f[tp] = null;
+        byte[] withNull = AvroWriter.write(request, f);
+        byte[] old = Arrays.copyOf(withNull, withNull.length - 1); // the null branch's index is one byte
+        Object[] back = (Object[]) AvroReader.read(request, old);
+        assertEquals(null, back[tp]);
+        assertEquals("n-1", back[request.require("notification_id")]);
+        // a record cut inside a required field is still malformed
+        byte[] cut = Arrays.copyOf(withNull, 5);
+        assertThrows(AvroReader.MalformedException.class, () -> AvroReader.read(request, cut));
     }
 
     @Test
@@ -69,7 +91,7 @@ class AvroReaderTest {
         AvroReader.MalformedException e = assertThrows(AvroReader.MalformedException.class, () -> AvroReader.read(request, trailing));
         assertEquals("1 trailing bytes after the record", e.getMessage());
         byte[] union = good.clone();
-        union[union.length - 1] = 0x04; // dedup_ttl_sec branch 2 of [null, long]
+        union[union.length - 2] = 0x04; // dedup_ttl_sec branch 2 of [null, long] (traceparent's null last)
         e = assertThrows(AvroReader.MalformedException.class, () -> AvroReader.read(request, union));
         assertTrue(e.getMessage().contains("union index 2 out of range [0, 2) in field dedup_ttl_sec"), e.getMessage());
     }

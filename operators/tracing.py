@@ -1,0 +1,152 @@
+"""Traces over OpenTelemetry: one trace per notification, from the API call to the provider.
+
+Off unless ``[telemetry] otlp_endpoint`` is set: then ``OFF`` is what every component
+holds, ``tracing.on`` is False, and nothing of OpenTelemetry is imported. On, a process has one
+``TracerProvider`` whose spans an OTLP/HTTP exporter sends in batches, from a thread of its own.
+
+The context travels as W3C ``traceparent`` text: the caller's header, the request record's
+``traceparent`` field, the channel message's, a retry's payload (the same bytes). Span attributes
+name the message key, the notification id, the caller, the channel, the provider and outcomes;
+never a user id, an address, a token or a message parameter (the logs' rule).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.trace import Span, Tracer
+
+logger = logging.getLogger(__name__)
+
+#: the attribute that finds a notification's trace: ``<dedup_key>:<channel>:<event_time>``
+MESSAGE_KEY = "message.key"
+NOTIFICATION_ID = "notification.id"
+CALLER = "caller"
+CHANNEL = "channel"
+LANE = "lane"
+PROVIDER = "provider"
+OUTCOME = "outcome"
+ATTEMPT = "attempt"
+DECISION = "dedup.decision"
+#: a traceparent is ``00-<32 hex>-<16 hex>-<2 hex>``: 55 characters; anything longer is not one
+TRACEPARENT_CHARS = 55
+_TRACEPARENT = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+
+AttributeValue = str | int | float | bool
+
+
+def valid_traceparent(value: str | None) -> str | None:
+    """``value`` when it has a traceparent's shape (version 00, lower-case hex, ids not all zero),
+    else None: a malformed header starts a new trace rather than failing the request."""
+    if value is None or len(value) != TRACEPARENT_CHARS or _TRACEPARENT.fullmatch(value) is None:
+        return None
+    if value[3:35] == "0" * 32 or value[36:52] == "0" * 16:
+        return None
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Tracing:
+    """A process's tracer, or none (``OFF``): components get it through their constructors.
+
+    :param tracer: the OpenTelemetry tracer; None when tracing is off
+    :param provider: the provider to flush and shut down at exit; None when off
+    """
+
+    tracer: Tracer | None = None
+    provider: TracerProvider | None = None
+
+    @property
+    def on(self) -> bool:
+        return self.tracer is not None
+
+    @contextmanager
+    def span(
+        self,
+        name: str,
+        *,
+        parent: str | None,
+        kind: str = "internal",
+        attributes: Mapping[str, AttributeValue] | None = None,
+    ) -> Iterator[Span | None]:
+        """A span named ``name``, a child of ``parent`` (a traceparent; None or malformed: a new
+        trace), current inside the block (spans opened in it are its children); None when off.
+        An exception leaving the block marks the span as an error."""
+        if self.tracer is None:
+            yield None
+            return
+        from opentelemetry.trace import SpanKind
+
+        with self.tracer.start_as_current_span(
+            name, context=_context_of(parent), kind=getattr(SpanKind, kind.upper()), attributes=attributes
+        ) as span:
+            yield span
+
+    @contextmanager
+    def child(
+        self, name: str, *, kind: str = "internal", attributes: Mapping[str, AttributeValue] | None = None
+    ) -> Iterator[Span | None]:
+        """A span that is a child of the current one (see ``span``); None when off."""
+        if self.tracer is None:
+            yield None
+            return
+        from opentelemetry.trace import SpanKind
+
+        span_kind = getattr(SpanKind, kind.upper())
+        with self.tracer.start_as_current_span(name, kind=span_kind, attributes=attributes) as span:
+            yield span
+
+    def traceparent(self) -> str | None:
+        """The current span's context as a traceparent (None when off or outside a span)."""
+        if self.tracer is None:
+            return None
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        carrier: dict[str, str] = {}
+        TraceContextTextMapPropagator().inject(carrier)
+        return carrier.get("traceparent")
+
+    def shutdown(self) -> None:
+        """Send the spans still batched, then stop the exporter (bounded by its own timeout)."""
+        if self.provider is not None:
+            self.provider.shutdown()
+
+
+#: tracing off: what every component holds unless ``[telemetry] otlp_endpoint`` is set
+OFF = Tracing()
+
+
+def _context_of(parent: str | None) -> Any:
+    if valid_traceparent(parent) is None:
+        from opentelemetry.context import Context
+
+        return Context()  # a new trace: not a child of whatever span is current
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    return TraceContextTextMapPropagator().extract({"traceparent": parent})
+
+
+def start_tracing(endpoint: str | None, service: str, *, namespace: str = "notify-dedup") -> Tracing:
+    """The process's tracing: ``OFF`` when ``endpoint`` is None or empty; else a provider
+    exporting to ``<endpoint>/v1/traces`` (OTLP over HTTP, protobuf) in batches."""
+    if not endpoint:
+        return OFF
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider(resource=Resource.create({"service.name": service, "service.namespace": namespace}))
+    provider.add_span_processor(
+        BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces"), schedule_delay_millis=500)
+    )
+    logger.info("traces of %s are exported over OTLP/HTTP ([telemetry] otlp_endpoint)", service)
+    return Tracing(provider.get_tracer("notify-dedup"), provider)
+
