@@ -191,10 +191,10 @@ class Dispatcher:
         *,
         promised: bool = False,
     ) -> AttemptResult:
-        """One attempt (see ``_send``); with traces on and a message that carries a trace context,
+        """One attempt (see ``_seated_send``); with traces on and a message that carries a trace context,
         in a span of the message's trace (its provider calls are its children)."""
         if delivery.traceparent is None or not self._tracing.on:
-            return await self._send(delivery, to, message, budget_s, promised=promised)
+            return await self._seated_send(delivery, to, message, budget_s, promised=promised)
         attributes: dict[str, AttributeValue] = {
             MESSAGE_KEY: delivery.message_key, NOTIFICATION_ID: delivery.notification_id,
             CHANNEL: self.channel.value, LANE: delivery.lane.value, ATTEMPT: delivery.attempt,
@@ -202,13 +202,13 @@ class Dispatcher:
         with self._tracing.span(f"send {self.channel.value}", parent=delivery.traceparent,
                                 attributes=attributes) as span:
             assert span is not None
-            result = await self._send(delivery, to, message, budget_s, promised=promised)
+            result = await self._seated_send(delivery, to, message, budget_s, promised=promised)
             span.set_attribute(OUTCOME, result.outcome.value)
             if result.provider is not None:
                 span.set_attribute(PROVIDER, result.provider)
             return result
 
-    async def _send(
+    async def _seated_send(
         self,
         delivery: Delivery,
         to: str,
@@ -223,14 +223,15 @@ class Dispatcher:
         others go to the secondary, or wait for the probe when there is none. When the probe
         fails, its message goes on to the secondary at once (time permitting), so probing costs
         no message an attempt. Until the breaker has ``min_calls`` outcomes of the primary (at
-        the start, after the circuit closed), no more calls than that are open to it."""
+        the start, after the circuit closed), no more calls than that are open to it.
+        A promised call's seat (``capacity``) is free again once it returns."""
         try:
-            return await self._send(delivery, to, message, budget_s, promised=promised)
+            return await self._attempt(delivery, to, message, budget_s, promised=promised)
         finally:
             if promised:
                 self._free_seats(1)
 
-    async def _send(
+    async def _attempt(
         self, delivery: Delivery, to: str, message: Rendered, budget_s: float, *, promised: bool
     ) -> AttemptResult:
         deadline = time.monotonic() + budget_s
