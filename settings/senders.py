@@ -142,7 +142,10 @@ class SendersSettings(Section):
     :param smtp_timeout_ms: the deadline of one SMTP send (waiting for a pooled connection,
         connect, TLS, login, the message); ``lease_ms`` must exceed it
     :param smtp_pool_size: SMTP sessions kept open per relay, each carrying one message at a time
-        (so at most this many emails are in flight to it)
+        and reused from message to message: at most this many emails are in flight to it (the
+        senders claim no more), so a relay answering in L seconds takes at most this / L emails
+        a second (32 at 200 ms: 160/s). Keep it within the relay's limit of connections per
+        client (Postfix's ``smtpd_client_connection_count_limit`` is 50 by default)
     :param http_invalid_recipient: the HTTP answers that say the address itself is invalid, the
         only ones that deactivate it: a status (``410``), or ``STATUS:CODE`` when the reply's
         body must contain CODE (``400:invalid_recipient``); comma-separated
@@ -234,7 +237,7 @@ class SendersSettings(Section):
     smtp_password: OptionalSecret = None
     smtp_from: str = "notifications@localhost"
     smtp_timeout_ms: int = 10_000
-    smtp_pool_size: int = Field(default=8, ge=1, le=1_000)
+    smtp_pool_size: int = Field(default=32, ge=1, le=1_000)
     http_invalid_recipient: str = "400:invalid_recipient,404:invalid_recipient,410"
     smtp_invalid_recipient: str = "5.1"
     invalid_recipient_rules: str = ""

@@ -46,6 +46,10 @@ class Provider(ABC):
     timeout_s: float | None = None
     #: the setting that gives ``timeout_s`` (named when the lease is too short for it)
     deadline_setting = "timeout"
+    #: the calls it carries at once (an SMTP relay's sessions, one message each); None: no bound
+    #: of its own. The dispatcher claims no more messages than that for it, so none waits for a
+    #: session inside its deadline.
+    capacity: int | None = None
 
     def __init__(self, *, name: str, metrics: Metrics | None = None) -> None:
         self.name = name

@@ -72,6 +72,16 @@ MESSAGE_POLICY = email.policy.default.clone(header_factory=_HEADERS)
 IDLE_S = 10.0
 
 
+def _refused_by_reply(exc: BaseException) -> bool:
+    """The server answered the message with a refusal (sender, recipient, data): the session
+    is sound, its envelope to be reset (RSET) before it carries the next message."""
+    if isinstance(exc, aiosmtplib.SMTPRecipientsRefused):
+        return True
+    return isinstance(exc, aiosmtplib.SMTPResponseException) and not isinstance(
+        exc, aiosmtplib.SMTPServerDisconnected | aiosmtplib.SMTPConnectError | aiosmtplib.SMTPTimeoutError
+    )
+
+
 def _cause(exc: BaseException) -> BaseException:
     """The TLS error under a library's wrapping, if there is one."""
     seen: BaseException | None = exc
@@ -93,9 +103,13 @@ class SmtpProvider(Provider):
     465); either verifies the server against the system's CAs or ``ca_file``. With a
     ``username``, one of them is required: credentials never cross the network in clear. Each send
     (waiting for a connection, connect, TLS, login, the message) has one deadline, ``timeout_s``.
-    Up to ``pool_size`` sessions stay open and carry one message after another; a session that
-    failed in any way is closed, never reused. With ``unsubscribe_url`` and its key, a marketing
-    email carries ``List-Unsubscribe`` and ``List-Unsubscribe-Post`` (one-click, RFC 8058)."""
+    Up to ``pool_size`` sessions stay open and carry one message after another (the provider's
+    ``capacity``: the dispatcher claims no more messages than that, so none waits for a session
+    in its deadline). A message the server refused by its reply leaves its session idle, reset
+    (RSET) before the next message; a session that failed otherwise (a lost connection, a
+    timeout, a cancellation, a refused RSET) is closed, and the next message opens a new one.
+    With ``unsubscribe_url`` and its key, a marketing email carries ``List-Unsubscribe`` and
+    ``List-Unsubscribe-Post`` (one-click, RFC 8058)."""
 
     protocol = "smtp"
 
@@ -137,7 +151,9 @@ class SmtpProvider(Provider):
         self.timeout_s: float = timeout_s
         self._timeout_s = timeout_s
         self._pool_size = pool_size
-        self._idle: list[tuple[aiosmtplib.SMTP, float]] = []
+        self.capacity: int | None = pool_size
+        #: idle sessions: since when, and whether its last message was refused (RSET it first)
+        self._idle: list[tuple[aiosmtplib.SMTP, float, bool]] = []
         self._slots: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._starttls = starttls
@@ -196,28 +212,48 @@ class SmtpProvider(Provider):
             raise
         return smtp
 
-    def _take_idle(self) -> aiosmtplib.SMTP | None:
+    def _take_idle(self) -> tuple[aiosmtplib.SMTP, bool] | None:
         now = time.monotonic()
         while self._idle:
-            smtp, since = self._idle.pop()
+            smtp, since, refused = self._idle.pop()
             if smtp.is_connected and now - since < IDLE_S:
-                return smtp
+                return smtp, refused
             smtp.close()
         return None
+
+    async def _session(self) -> aiosmtplib.SMTP:
+        """An open session: the newest idle one (reset first if its last message was refused:
+        one that fails its RSET is closed and the next tried), or a new one."""
+        while (taken := self._take_idle()) is not None:
+            smtp, refused = taken
+            if not refused:
+                return smtp
+            try:
+                await smtp.rset()
+                return smtp
+            except (aiosmtplib.SMTPException, OSError):
+                smtp.close()
+            except BaseException:
+                smtp.close()
+                raise
+        return await self._connect()
 
     async def _try_send(self, *, to: str, message_key: str, message: Rendered) -> str | None:
         msg = self._message(to, message_key, message)
         async with self._pool():
             smtp: aiosmtplib.SMTP | None = None
             try:
-                smtp = self._take_idle() or await self._connect()
+                smtp = await self._session()
                 await smtp.send_message(msg)
             except BaseException as exc:
                 if smtp is not None:
-                    smtp.close()  # whatever state it is in: never reused
+                    if _refused_by_reply(exc) and smtp.is_connected:
+                        self._idle.append((smtp, time.monotonic(), True))
+                    else:
+                        smtp.close()  # whatever state it is in: never reused
                 self._raise(exc)
                 raise
-            self._idle.append((smtp, time.monotonic()))
+            self._idle.append((smtp, time.monotonic(), False))
         return msg["Message-ID"]
 
     def _raise(self, exc: BaseException) -> None:
@@ -242,7 +278,7 @@ class SmtpProvider(Provider):
 
     async def aclose(self) -> None:
         idle, self._idle = self._idle, []
-        for smtp, _ in idle:
+        for smtp, _, _ in idle:
             try:
                 await asyncio.wait_for(smtp.quit(), 1.0)
             except (aiosmtplib.SMTPException, OSError, TimeoutError):

@@ -2,7 +2,9 @@
 bucket paces the calls' starts. Shared by every worker (both lanes, retries included) of a
 process, on its event loop: many calls are in flight at once, so the bucket paces starts (a
 call waits for its token, no burst beyond the bucket), the breaker takes each outcome as it
-comes, and a half-open probe is exactly one call."""
+comes, and a half-open probe is exactly one call. A provider with a ``capacity`` (an SMTP
+relay's sessions) is promised no more messages than it can carry at once, so none waits for a
+session inside its deadline; the priority lane gets the next free one."""
 
 from __future__ import annotations
 
@@ -39,6 +41,10 @@ from senders.statuses import AttemptOutcome, CircuitState
 from senders.templates.render import Rendered
 
 logger = logging.getLogger(__name__)
+
+#: how long the priority lane's unmet claim for a provider's seats holds seats back from the
+#: normal lane (its claimer asks again every few milliseconds while it waits)
+FIRST_CLAIM_S = 0.1
 
 _CIRCUIT_GAUGE = {CircuitState.CLOSED: 0.0, CircuitState.HALF_OPEN: 1.0, CircuitState.OPEN: 2.0}
 
@@ -111,6 +117,10 @@ class Dispatcher:
         self._waiters: list[asyncio.Future[None]] = []  # waiting for the primary's next outcome
         self._primary_open = 0  # calls open to the primary
         self._promised = 0  # messages claimed to be sent that have not reserved their token yet
+        self._seated = 0  # messages promised a call that has not ended yet (``capacity``)
+        self._first_wants = 0  # seats the priority lane asked for and did not get ...
+        self._first_asked = 0.0  # ... as of then (monotonic)
+        self._seat_freed = asyncio.Event()
         self._metrics = metrics
         self._clock_ms = clock_ms
         self._publish_state(CircuitState.CLOSED, initial=True)
@@ -127,17 +137,50 @@ class Dispatcher:
 
     def promise(self, n: int, within_s: float, *, first: bool = False) -> int:
         """Promise up to ``n`` calls that can start within ``within_s`` (a worker claims that
-        many messages); returns how many. Each ``send(promised=True)`` keeps one promise, and
-        ``release`` gives back those not kept (messages the rules did not send). ``first``:
-        the priority lane, whose claims are not held back by the normal lane's promises."""
-        limiter = self._limiters[self._next_provider().name]
+        many messages) and that the provider can carry at once (its ``capacity``, counting the
+        calls promised before whose ``send`` has not returned); returns how many. Each
+        ``send(promised=True)`` keeps one promise, and ``release`` gives back those not kept
+        (messages the rules did not send). ``first``: the priority lane, whose claims are not
+        held back by the normal lane's promises, and whose unmet claim for seats keeps the next
+        free ones from the normal lane."""
+        provider = self._next_provider()
+        limiter = self._limiters[provider.name]
         # ``first`` (the priority lane): others' promises do not hold it back
         granted = max(0, min(n, limiter.startable(within_s) - (0 if first else self._promised)))
+        if provider.capacity is not None:
+            now = time.monotonic()
+            held = 0 if first or now - self._first_asked > FIRST_CLAIM_S else self._first_wants
+            seats = max(0, provider.capacity - self._seated - held)
+            if first:
+                self._first_wants, self._first_asked = max(0, min(n, granted) - seats), now
+            granted = min(granted, seats)
         self._promised += granted
+        self._seated += granted
         return granted
 
     def release(self, n: int) -> None:
+        """Gives back ``n`` promises that no ``send`` will keep."""
         self._promised = max(0, self._promised - n)
+        self._free_seats(n)
+
+    def _free_seats(self, n: int) -> None:
+        if n > 0:
+            self._seated = max(0, self._seated - n)
+            self._seat_freed.set()
+
+    async def room(self, within_s: float) -> None:
+        """What a claimer that was promised nothing waits for before it asks again: while the
+        provider's seats are all taken, until a promised call ends (at most ``within_s``);
+        otherwise (the bucket is empty) ``within_s``."""
+        capacity = self._next_provider().capacity
+        if capacity is None or self._seated < capacity:
+            await asyncio.sleep(within_s)
+            return
+        self._seat_freed.clear()
+        try:
+            await asyncio.wait_for(self._seat_freed.wait(), within_s)
+        except TimeoutError:
+            pass
 
     async def send(
         self,
@@ -148,10 +191,10 @@ class Dispatcher:
         *,
         promised: bool = False,
     ) -> AttemptResult:
-        """One attempt (see ``_send``); with traces on and a message that carries a trace context,
+        """One attempt (see ``_seated_send``); with traces on and a message that carries a trace context,
         in a span of the message's trace (its provider calls are its children)."""
         if delivery.traceparent is None or not self._tracing.on:
-            return await self._send(delivery, to, message, budget_s, promised=promised)
+            return await self._seated_send(delivery, to, message, budget_s, promised=promised)
         attributes: dict[str, AttributeValue] = {
             MESSAGE_KEY: delivery.message_key, NOTIFICATION_ID: delivery.notification_id,
             CHANNEL: self.channel.value, LANE: delivery.lane.value, ATTEMPT: delivery.attempt,
@@ -159,13 +202,13 @@ class Dispatcher:
         with self._tracing.span(f"send {self.channel.value}", parent=delivery.traceparent,
                                 attributes=attributes) as span:
             assert span is not None
-            result = await self._send(delivery, to, message, budget_s, promised=promised)
+            result = await self._seated_send(delivery, to, message, budget_s, promised=promised)
             span.set_attribute(OUTCOME, result.outcome.value)
             if result.provider is not None:
                 span.set_attribute(PROVIDER, result.provider)
             return result
 
-    async def _send(
+    async def _seated_send(
         self,
         delivery: Delivery,
         to: str,
@@ -180,7 +223,17 @@ class Dispatcher:
         others go to the secondary, or wait for the probe when there is none. When the probe
         fails, its message goes on to the secondary at once (time permitting), so probing costs
         no message an attempt. Until the breaker has ``min_calls`` outcomes of the primary (at
-        the start, after the circuit closed), no more calls than that are open to it."""
+        the start, after the circuit closed), no more calls than that are open to it.
+        A promised call's seat (``capacity``) is free again once it returns."""
+        try:
+            return await self._attempt(delivery, to, message, budget_s, promised=promised)
+        finally:
+            if promised:
+                self._free_seats(1)
+
+    async def _attempt(
+        self, delivery: Delivery, to: str, message: Rendered, budget_s: float, *, promised: bool
+    ) -> AttemptResult:
         deadline = time.monotonic() + budget_s
         while True:
             before = self._breaker.state
@@ -195,7 +248,7 @@ class Dispatcher:
             # the probe is out (and no secondary), or the breaker waits for its first outcomes
             if not await self._await_outcome(deadline - time.monotonic()):
                 if promised:
-                    self.release(1)
+                    self._promised = max(0, self._promised - 1)  # no token will be taken
                 return AttemptResult(
                     AttemptOutcome.TRANSIENT,
                     f"no time left in the claim's lease for a call to {self.primary.name} (its circuit breaker)",
@@ -272,7 +325,7 @@ class Dispatcher:
         spare = deadline - time.monotonic() - (provider.timeout_s or 0.0)
         wait = self._limiters[provider.name].reserve(spare) if spare >= 0 else None
         if promised:
-            self.release(1)  # its token is reserved, or none will come in time
+            self._promised = max(0, self._promised - 1)  # its token is reserved, or none will come in time
         if wait is not None and wait > 0:
             await asyncio.sleep(wait)
         if wait is None:

@@ -480,8 +480,8 @@ class SenderWorker:
                     granted = self.handler.dispatcher.promise(
                         want, self._call_horizon_s(), first=self.handler.lane is Lane.PRIORITY
                     )
-                    if granted <= 0:
-                        await asyncio.sleep(0.02)  # the bucket is empty: a token comes soon
+                    if granted <= 0:  # the bucket is empty (a token comes soon) or the
+                        await self.handler.dispatcher.room(0.02)  # provider's seats are taken
                         continue
                     batch = run.ledger.take(granted)
                     if not batch:

@@ -96,3 +96,29 @@ def test_the_bucket_paces_starts_of_concurrent_calls() -> None:
             assert j - i + 1 <= 5 + 50.0 * (starts[j] - starts[i]) + 0.5
     assert time.monotonic() - start >= (60 - 5) / 50.0
     assert primary.peak_in_flight >= 8  # 50/s x 200 ms: about 10 open at once
+
+
+def test_a_provider_with_a_capacity_is_promised_no_more_calls_than_it_carries_and_the_priority_lane_first() -> None:
+    """An SMTP relay's sessions: promises stop at the provider's capacity, counting the calls
+    whose ``send`` has not returned; a call's end frees its seat, and the priority lane's unmet
+    claim takes the next free seat before the normal lane."""
+    primary = FakeProvider(name="relay", latency_s=0.05)
+    primary.capacity = 3
+    d = _dispatcher(primary, None, [0])
+
+    async def go() -> None:
+        assert d.promise(10, 1.0) == 3
+        assert d.promise(10, 1.0) == 0  # every seat promised
+        d.release(1)  # a message the rules did not send gives its seat back
+        assert d.promise(10, 1.0) == 1
+        calls = [asyncio.create_task(d.send(_delivery(i), f"+1555{i:07d}", sample_message(SMS), budget_s=5,
+                                            promised=True)) for i in range(3)]
+        assert d.promise(5, 1.0, first=True) == 0  # the priority lane waits for a seat ...
+        await d.room(1.0)  # ... which a call's end frees (long before the second)
+        assert calls[0].done() or calls[1].done() or calls[2].done()
+        assert d.promise(5, 1.0) == 0  # not the normal lane's: the priority lane asked first
+        assert d.promise(5, 1.0, first=True) >= 1
+        await asyncio.gather(*calls)
+        assert primary.peak_in_flight == 3
+
+    asyncio.run(go())
