@@ -69,7 +69,7 @@ demo: setup
 	$(BIN)/dedupctl demo
 
 test: setup test-java
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # the connector's JUnit tests, the contract's shared vectors (tests/vectors.json) among them
 test-java: jars

@@ -9,7 +9,8 @@ the suite at a running server instead (a DSN of a role that may create databases
 
 ``make test`` runs the files in two processes (pytest-xdist, ``--dist loadfile``: a file's tests
 share one process, each process its own broker and PostgreSQL). Files are handed out in
-collection order, so the longest ones (``LONGEST_FIRST``) are collected first: the processes then
+collection order (``--no-loadscope-reorder``: xdist would otherwise hand out the files with the
+most tests first), so the longest ones (``LONGEST_FIRST``) are collected first: the processes then
 end together instead of one running a two-minute file alone at the end.
 """
 

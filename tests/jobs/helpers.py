@@ -49,4 +49,5 @@ def channel_message(req: NotificationRequest, dedup_key: str, channel: str) -> d
         "event_time": req.event_time,
         "dedup_key": dedup_key,
         "dedup_ttl_sec": req.dedup_ttl_sec,
+        "traceparent": req.traceparent,
     }

@@ -393,6 +393,7 @@ def test_expected_records_example() -> None:
             "event_time": 1_000,
             "dedup_key": key,
             "dedup_ttl_sec": 60,
+            "traceparent": None,
         }
     ]
     assert [m["message_key"] for m in expected["ep"]] == [f"{key}:email:1000"]
@@ -420,6 +421,7 @@ def test_expected_records_example() -> None:
                 "event_time": 10,
                 "dedup_key": "kc",
                 "dedup_ttl_sec": None,
+                "traceparent": None,
             },
             "watermark": 500,
             "reason": None,
