@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import server_process
 from harness.ports import free_port
 from operators.errors import DedupError
 from settings.base import REPO_ROOT
@@ -117,21 +117,20 @@ class LocalJaeger:
         config.write_text(json.dumps(jaeger_config(otlp_port=self.otlp_port, query_port=self.query_port,
                                                    query_grpc_port=self.query_grpc_port,
                                                    health_port=self.health_port)), encoding="utf-8")
-        log = open(self.home / "jaeger.log", "ab")  # noqa: SIM115 - the server's for its life
-        self._proc = subprocess.Popen([str(binary), "--config", f"file:{config}"], stdout=log,
-                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise JaegerError(f"jaeger exited with {self._proc.returncode}: see {self.home / 'jaeger.log'}")
-            try:
-                with urllib.request.urlopen(f"{self.query_url}/api/services", timeout=1) as reply:
-                    if reply.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.1)
+        self._proc = server_process.launch([str(binary), "--config", f"file:{config}"], self.home / "jaeger.log")
+        if server_process.wait_ready(self._proc, self._answers, timeout_s):
+            return self
+        if self._proc.poll() is not None:
+            raise JaegerError(f"jaeger exited with {self._proc.returncode}: see {self.home / 'jaeger.log'}")
         self.stop()
         raise JaegerError(f"jaeger's query API did not answer within {timeout_s:.0f} s")
+
+    def _answers(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.query_url}/api/services", timeout=1) as reply:
+                return bool(reply.status == 200)
+        except OSError:
+            return False
 
     def traces(self, service: str, tags: dict[str, str] | None = None, limit: int = 20) -> list[dict[str, Any]]:
         """The query API's traces of ``service`` with a span that has every one of ``tags``."""
@@ -145,12 +144,7 @@ class LocalJaeger:
 
     def stop(self) -> None:
         if self._proc is not None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(10)
+            server_process.stop(self._proc)
             self._proc = None
 
     def __enter__(self) -> LocalJaeger:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import server_process
 from harness.ports import free_port
 from operators.errors import DedupError
 
@@ -39,27 +39,25 @@ class LocalRedis:
         if shutil.which("redis-server") is None:
             raise RedisError("redis-server is not installed: `make setup` installs Debian's redis-server")
         self.home.mkdir(parents=True, exist_ok=True)
-        log = open(self.home / "redis.log", "ab")  # noqa: SIM115 - the server's for its life
-        self._proc = subprocess.Popen(redis_command(self.port, self.home, durable=self.durable),
-                                      stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise RedisError(f"redis-server exited: see {self.home / 'redis.log'}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    return self
-            except OSError:
-                time.sleep(0.05)
+        self._proc = server_process.launch(redis_command(self.port, self.home, durable=self.durable),
+                                           self.home / "redis.log")
+        if server_process.wait_ready(self._proc, self._listens, timeout_s, interval_s=0.05):
+            return self
+        if self._proc.poll() is not None:
+            raise RedisError(f"redis-server exited: see {self.home / 'redis.log'}")
+        self.stop()
         raise RedisError(f"redis-server did not listen on {self.port} within {timeout_s:.0f} s")
+
+    def _listens(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return True
+        except OSError:
+            return False
 
     def stop(self) -> None:
         if self._proc is not None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
+            server_process.stop(self._proc)
             self._proc = None
 
     def __enter__(self) -> LocalRedis:
