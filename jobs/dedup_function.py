@@ -32,7 +32,7 @@ from pyflink.datastream.state import ListStateDescriptor, MapStateDescriptor, Va
 
 from operators.bloom import ShardFilter
 from operators.contract import Column, contract
-from operators.dedup import DedupOptions, ShardMemory, decide_batch, evict, rebuild_memory
+from operators.dedup import DedupOptions, ShardMemory, Verdicts, decide_batch, evict, rebuild_memory
 from operators.metric_names import (
     BLOOM_BITS,
     BLOOM_FILL_RATIO_PCT,
@@ -45,6 +45,7 @@ from operators.metric_names import (
     KEYS_HELD,
     NEWEST_EVENT_TIME,
 )
+from operators.tracing import DECISION, NOTIFICATION_ID, OFF, Tracing, start_tracing
 from operators.window import NO_WATERMARK, Accepted
 
 logger = logging.getLogger(__name__)
@@ -126,11 +127,28 @@ class _Entries:
         return self._state.get(key)  # the stored tuple (notification id, t0, W0, occurrences)
 
 
-class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
-    """The dedup decision for every key of one shard."""
+#: the span of one traced request's decision (a child of the API's span, the parent of the
+#: channel messages' senders' spans)
+DECISION_SPAN = "dedup decision"
+_OUTCOME_NAMES = contract().outcomes
 
-    def __init__(self, options: DedupOptions) -> None:
+
+class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
+    """The dedup decision for every key of one shard.
+
+    :param options: the decision's rule and sizing
+    :param otlp_endpoint: ``[telemetry] otlp_endpoint``: where the decisions of requests that carry
+        a ``traceparent`` are sent as spans; None: no spans, nothing of OpenTelemetry loaded
+    :param service: the traces' service name of the job
+    """
+
+    def __init__(
+        self, options: DedupOptions, otlp_endpoint: str | None = None, service: str = "notify-dedup-job"
+    ) -> None:
         self._o = options
+        self._otlp_endpoint = otlp_endpoint
+        self._service = service
+        self._tracing: Tracing = OFF
         self._shards: dict[int, _Shard] = {}
         self._timers: set[tuple[int, int]] = set()
         self._newest_event_time = 0
@@ -149,6 +167,11 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
         self._levels = {name: _Level(group.counter(name)) for name in DEDUP_LEVELS}
         self._since_levels = 0
         self._levels_at = time.monotonic()
+        self._tracing = start_tracing(self._otlp_endpoint, self._service)
+
+    def close(self) -> None:
+        self._tracing.shutdown()
+        self._tracing = OFF
 
     # -- a shard's memory, from state ------------------------------------------------------------
 
@@ -215,6 +238,7 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
         """One call per shard and mini-batch: the verdicts as one row, state written once."""
         shard = _current_shard(ctx)
         state = self._shard(shard, ctx)
+        started_ns = time.time_ns() if self._tracing.on else 0
         result = decide_batch(
             dedup_keys=batch[_BATCH["dedup_key"]],
             key_hashes=batch[_BATCH["key_hash"]],
@@ -240,7 +264,21 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
         if times:
             self._newest_event_time = max(self._newest_event_time, max(times))
         self._count(result.counts)
+        if self._tracing.on:
+            self._trace(batch, result.verdicts, started_ns)
         yield Row(batch[0], *result.verdicts.columns())
+
+    def _trace(self, batch: Row, verdicts: Verdicts, started_ns: int) -> None:
+        """A span per traced request of the batch: its decision, as long as the batch's took."""
+        ids = batch[_BATCH["notification_id"]]
+        for i, parent in enumerate(batch[_BATCH["traceparent"]]):
+            if parent is not None:
+                verdicts.traceparent[i] = self._tracing.record(
+                    DECISION_SPAN,
+                    parent=parent,
+                    start_ns=started_ns,
+                    attributes={NOTIFICATION_ID: ids[i], DECISION: _OUTCOME_NAMES[verdicts.outcome[i]]},
+                )
 
     def _count(self, counts: dict[str, int]) -> None:
         fresh = counts.pop("fresh")

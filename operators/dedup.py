@@ -124,6 +124,8 @@ class Verdicts:
     first_seen_event_time: list[int | None] = field(default_factory=list)
     occurrence: list[int | None] = field(default_factory=list)
     watermark: list[int | None] = field(default_factory=list)
+    #: the decision's span of a traced request (the channel messages continue it), else None
+    traceparent: list[str | None] = field(default_factory=list)
 
     def add(
         self,
@@ -136,6 +138,7 @@ class Verdicts:
         self.first_seen_event_time.append(original.event_time if original else None)
         self.occurrence.append(original.occurrences if original else None)
         self.watermark.append(watermark)
+        self.traceparent.append(None)
 
     def columns(self) -> list[list[object]]:
         """The columns in the contract's order."""
@@ -247,7 +250,7 @@ def decide_batch(
     # in the order of DECISION_COUNTERS (operators/metric_names.py), then the keys new to state
     values = (len(logged), duplicates, late, reads, skipped, false_positives, fresh_keys)
     counts = dict(zip(COUNTS, values, strict=True))
-    verdicts = Verdicts(outcome, original_id, first_seen, occurrence, late_at)
+    verdicts = Verdicts(outcome, original_id, first_seen, occurrence, late_at, [None] * len(outcome))
     return BatchResult(verdicts, written, logged, timers, counts)
 
 

@@ -103,6 +103,19 @@ class Tracing:
         with self.tracer.start_as_current_span(name, kind=span_kind, attributes=attributes) as span:
             yield span
 
+    def record(
+        self, name: str, *, parent: str | None, start_ns: int, attributes: Mapping[str, AttributeValue] | None = None
+    ) -> str | None:
+        """A span that began at ``start_ns`` (``time.time_ns()``) and ends now, a child of
+        ``parent``: for work done before it was known which requests were traced (a batch's
+        decision). Its context as a traceparent; None when off."""
+        if self.tracer is None:
+            return None
+        span = self.tracer.start_span(name, context=_context_of(parent), start_time=start_ns, attributes=attributes)
+        span.end()
+        ctx = span.get_span_context()
+        return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}"
+
     def traceparent(self) -> str | None:
         """The current span's context as a traceparent (None when off or outside a span)."""
         if self.tracer is None:

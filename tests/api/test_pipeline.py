@@ -259,19 +259,19 @@ CALLER_SPAN = "00f067aa0ba902b7"
 
 def _trace_of(p: Pipeline, message_key: str) -> dict | None:  # type: ignore[type-arg]
     """The one trace Jaeger's query API finds for the message key, once it holds the API's span,
-    the attempt and the provider call (each process exports in batches)."""
+    the job's decision, the attempt and the provider call (each process exports in batches)."""
     traces = p.jaeger.traces(p.cfg.telemetry.service("senders"), {"message.key": message_key})
     if len(traces) != 1:
         return None
     names = {s["operationName"] for s in traces[0]["spans"]}
-    return traces[0] if {"POST /v1/notifications", "send sms", f"{p.provider} call"} <= names else None
+    return traces[0] if {"POST /v1/notifications", "dedup decision", "send sms", f"{p.provider} call"} <= names else None
 
 
 def test_a_notification_is_one_trace_from_the_callers_span_to_the_provider_call(pipeline: Pipeline) -> None:
-    """The caller's traceparent, the API's span, the request and channel records carrying its
-    context through the job, the sender's attempt and its provider call: one trace in Jaeger,
-    found by the message key, each span the child of the one before, in its own service; and no
-    user id, address or parameter in any span."""
+    """The caller's traceparent, the API's span, the request record carrying its context to the
+    job, the job's decision, the channel message carrying the decision's context, the sender's
+    attempt and its provider call: one trace in Jaeger, found by the message key, each span the
+    child of the one before, in its own service; and no user id, address or parameter in any span."""
     p = pipeline
     body = {"user_id": "chen", "template": "order_shipped", "params": {"order": "TR-4411"}, "channels": ["sms"]}
     reply = p.client().post("/v1/notifications", json=body, headers={
@@ -280,12 +280,13 @@ def test_a_notification_is_one_trace_from_the_callers_span_to_the_provider_call(
     nid = reply.json()["id"]
     wait_until(lambda: p.status(nid)["channels"]["sms"]["status"] == "sent", 60, lambda: str(p.status(nid)))
     message_key = p.status(nid)["channels"]["sms"]["message_key"]
-    # the request record and the channel message carry the API span's context, in the caller's trace
+    # the request record carries the API span's context, the channel message the decision's: both
+    # in the caller's trace
     [request] = [r for r in p.requests() if r["notification_id"] == nid]
     [message] = [m for m in read_records(p.bootstrap, p.cfg.topics.sms, "channel_message")
                  if m["notification_id"] == nid]
     assert request["traceparent"].startswith(f"00-{CALLER_TRACE}-")
-    assert message["traceparent"] == request["traceparent"]
+    assert message["traceparent"].startswith(f"00-{CALLER_TRACE}-") and message["traceparent"] != request["traceparent"]
 
     wait_until(lambda: _trace_of(p, message_key) is not None, 30, f"the trace of {message_key} in Jaeger")
     trace = _trace_of(p, message_key)
@@ -300,13 +301,18 @@ def test_a_notification_is_one_trace_from_the_callers_span_to_the_provider_call(
     def tags(span: dict) -> dict:  # type: ignore[type-arg]
         return {t["key"]: t["value"] for t in span["tags"]}
 
-    api, attempt, call = spans["POST /v1/notifications"], spans["send sms"], spans[f"{p.provider} call"]
-    assert [services[s["processID"]] for s in (api, attempt, call)] == [
-        "notify-dedup-api", "notify-dedup-senders", "notify-dedup-senders"]
-    assert (parent(api), parent(attempt), parent(call)) == (CALLER_SPAN, api["spanID"], attempt["spanID"])
+    api, decision = spans["POST /v1/notifications"], spans["dedup decision"]
+    attempt, call = spans["send sms"], spans[f"{p.provider} call"]
+    assert [services[s["processID"]] for s in (api, decision, attempt, call)] == [
+        "notify-dedup-api", "notify-dedup-job", "notify-dedup-senders", "notify-dedup-senders"]
+    assert (parent(api), parent(decision), parent(attempt), parent(call)) == (
+        CALLER_SPAN, api["spanID"], decision["spanID"], attempt["spanID"])
     assert request["traceparent"] == f"00-{CALLER_TRACE}-{api['spanID']}-01"
+    assert message["traceparent"] == f"00-{CALLER_TRACE}-{decision['spanID']}-01"
     assert {k: tags(api)[k] for k in ("caller", "notification.id", "http.response.status_code")} == {
         "caller": "shop", "notification.id": nid, "http.response.status_code": 202}
+    assert {k: tags(decision)[k] for k in ("notification.id", "dedup.decision")} == {
+        "notification.id": nid, "dedup.decision": "accepted"}
     assert {k: tags(attempt)[k] for k in ("message.key", "channel", "lane", "attempt", "outcome", "provider")} == {
         "message.key": message_key, "channel": "sms", "lane": "normal", "attempt": 1, "outcome": "sent",
         "provider": p.provider}
@@ -314,7 +320,8 @@ def test_a_notification_is_one_trace_from_the_callers_span_to_the_provider_call(
         "message.key": message_key, "provider": p.provider, "outcome": "sent"}
     text = render_trace(trace)
     assert [line.split()[:2] for line in text.splitlines()[1:]] == [
-        ["notify-dedup-api", "POST"], ["notify-dedup-senders", "send"], ["notify-dedup-senders", f"{p.provider}"]]
+        ["notify-dedup-api", "POST"], ["notify-dedup-job", "dedup"], ["notify-dedup-senders", "send"],
+        ["notify-dedup-senders", f"{p.provider}"]]
     if os.environ.get("DEDUP_TRACE_TEXT"):  # the README's trace: DEDUP_TRACE_TEXT=<file> pytest -k one_trace
         Path(os.environ["DEDUP_TRACE_TEXT"]).write_text(text + "\n", encoding="utf-8")
     # what the logs may not hold, no span holds either

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -94,3 +95,16 @@ def test_the_setting_and_its_variable() -> None:
     assert load_settings(env={"DEDUP_TELEMETRY_OTLP_ENDPOINT": ""}).telemetry.otlp_endpoint is None
     with pytest.raises(ConfigError, match="otlp_endpoint"):
         load_settings(env={"DEDUP_TELEMETRY_OTLP_ENDPOINT": "127.0.0.1:4318"})
+
+
+def test_a_recorded_span_keeps_its_start_continues_its_parent_and_gives_its_own_context() -> None:
+    tracing, exporter = in_memory()
+    started = time.time_ns() - 5_000_000
+    carried = tracing.record("decision", parent=PARENT, start_ns=started, attributes={"dedup.decision": "accepted"})
+    [span] = exporter.get_finished_spans()
+    assert span.name == "decision" and span.start_time == started and span.end_time is not None
+    assert span.end_time >= started + 5_000_000
+    assert f"{span.context.trace_id:032x}" == PARENT[3:35] and f"{span.parent.span_id:016x}" == PARENT[36:52]
+    assert carried == f"00-{PARENT[3:35]}-{span.context.span_id:016x}-01"
+    assert dict(span.attributes or {}) == {"dedup.decision": "accepted"}
+    assert OFF.record("decision", parent=PARENT, start_ns=started) is None

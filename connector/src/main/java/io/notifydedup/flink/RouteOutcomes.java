@@ -24,7 +24,8 @@ import java.util.Map;
  * one by its verdict's outcome (the contract's outcome names):
  *
  * <ul>
- *   <li>accepted: a ChannelMessage per channel, on the channel's topic in the request's lane;
+ *   <li>accepted: a ChannelMessage per channel, on the channel's topic in the request's lane; its
+ *       traceparent is the verdict's (the decision's span) where Python traced it, else the request's;
  *   <li>duplicate: a DuplicateNotice naming the original it repeats;
  *   <li>late: a LateNotice with the watermark it was behind and why.
  * </ul>
@@ -50,8 +51,9 @@ public final class RouteOutcomes extends RichFlatMapFunction<Row, Row> implement
     private transient int accepted;
     private transient int duplicate;
     private transient int late;
-    private transient int[] verdictColumn; // outcome, original id, first seen, occurrence, watermark
+    private transient int[] verdictColumn; // outcome, original id, first seen, occurrence, watermark, traceparent
     private transient int notificationIdField;
+    private transient int traceparentField;
     private transient Contract.Topic duplicates;
     private transient Contract.Topic lates;
     private transient Contract.Topic invalids;
@@ -106,12 +108,13 @@ public final class RouteOutcomes extends RichFlatMapFunction<Row, Row> implement
         accepted = contract.outcome("accepted");
         duplicate = contract.outcome("duplicate");
         late = contract.outcome("late");
-        String[] names = {"outcome", "original_notification_id", "first_seen_event_time", "occurrence", "watermark"};
+        String[] names = {"outcome", "original_notification_id", "first_seen_event_time", "occurrence", "watermark", "traceparent"};
         verdictColumn = new int[names.length];
         for (int i = 0; i < names.length; i++) {
             verdictColumn[i] = column(names[i]);
         }
         notificationIdField = parser.schema.require("notification_id");
+        traceparentField = parser.schema.require("traceparent");
         duplicates = contract.topicForOutcome("duplicate");
         lates = contract.topicForOutcome("late");
         invalids = contract.topicForOutcome("invalid");
@@ -148,6 +151,7 @@ public final class RouteOutcomes extends RichFlatMapFunction<Row, Row> implement
         Long[] firstSeen = (Long[]) verdicts.getField(verdictColumn[2]);
         Integer[] occurrence = (Integer[]) verdicts.getField(verdictColumn[3]);
         Long[] watermark = (Long[]) verdicts.getField(verdictColumn[4]);
+        String[] traceparent = (String[]) verdicts.getField(verdictColumn[5]);
         int v = 0;
         for (Row item : batch.items()) {
             byte[] invalid = (byte[]) item.getField(Boundary.INVALID);
@@ -160,6 +164,9 @@ public final class RouteOutcomes extends RichFlatMapFunction<Row, Row> implement
             String key = (String) item.getField(Boundary.KEY);
             int kind = outcome[v];
             if (kind == accepted) {
+                if (traceparent[v] != null) {
+                    request[traceparentField] = traceparent[v]; // the channel messages continue the decision's span
+                }
                 int priority = (Integer) request[parser.priority];
                 for (Object channel : (List<?>) request[parser.channels]) {
                     int c = (Integer) channel;
