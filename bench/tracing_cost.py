@@ -1,10 +1,11 @@
 """The traces' cost per notification: ``python -m bench.tracing_cost [--requests N]``.
 
 Times, in CPU time of the whole process (the exporter's thread included), what one notification
-costs the API and the senders with tracing on, exporting over OTLP/HTTP to a real local Jaeger
+costs the API, the job's decision and the senders with tracing on, exporting over OTLP/HTTP to a real local Jaeger
 (harness/local_jaeger.py, started here), against the same calls with tracing off
 (``operators.tracing.OFF``): the API's server span continuing the caller's traceparent, with its
-attributes and the traceparent written into the record; the sender's attempt span and its
+attributes and the traceparent written into the record; the job's decision span (what
+``jobs.dedup_function.DedupShard`` records per traced request of a batch); the sender's attempt span and its
 provider call span (the calls ``api/notifications.py`` and ``senders/runtime/dispatch.py`` make).
 Each mode runs in a fresh interpreter; the best of three runs. CPU time rather than the wall clock,
 so that a busy machine inflates it less.
@@ -24,6 +25,8 @@ from pathlib import Path
 from operators.tracing import (
     ATTEMPT,
     CHANNEL,
+    DECISION,
+    DECISION_SPAN,
     LANE,
     MESSAGE_KEY,
     NOTIFICATION_ID,
@@ -53,6 +56,14 @@ def api_request(tracing: Tracing, caller: str) -> str | None:
         return traceparent
 
 
+def job_decision(tracing: Tracing, traceparent: str | None) -> str | None:
+    """What ``jobs.dedup_function.DedupShard`` adds to one traced request's decision."""
+    if traceparent is None or not tracing.on:
+        return traceparent
+    return tracing.record(DECISION_SPAN, parent=traceparent, start_ns=time.time_ns(),
+                          attributes={NOTIFICATION_ID: "n_0123", DECISION: "accepted"})
+
+
 def sender_attempt(tracing: Tracing, traceparent: str | None) -> None:
     """What ``senders.runtime.dispatch.Dispatcher`` adds to one attempt and its provider call."""
     if traceparent is None or not tracing.on:
@@ -70,10 +81,11 @@ def sender_attempt(tracing: Tracing, traceparent: str | None) -> None:
 
 
 def measure(requests: int, endpoint: str | None) -> dict[str, float]:
-    """CPU microseconds per notification (API, senders), the best of three runs of ``requests``."""
+    """CPU microseconds per notification (API, job, senders), the best of three runs of ``requests``."""
     api = start_tracing(endpoint, "bench-api")
+    job = start_tracing(endpoint, "bench-job")
     senders = start_tracing(endpoint, "bench-senders")
-    best = {"api_us": float("inf"), "senders_us": float("inf")}
+    best = {"api_us": float("inf"), "job_us": float("inf"), "senders_us": float("inf")}
     for _ in range(3):
         callers = caller_traceparents(requests)
         parents = []
@@ -81,14 +93,18 @@ def measure(requests: int, endpoint: str | None) -> dict[str, float]:
         for caller in callers:
             parents.append(api_request(api, caller))
         t1 = time.process_time()
-        for tp in parents:
+        decided = [job_decision(job, tp) for tp in parents]
+        tj = time.process_time()
+        for tp in decided:
             sender_attempt(senders, tp if endpoint else None)
         t2 = time.process_time()
         best["api_us"] = min(best["api_us"], (t1 - t0) / requests * 1e6)
-        best["senders_us"] = min(best["senders_us"], (t2 - t1) / requests * 1e6)
+        best["job_us"] = min(best["job_us"], (tj - t1) / requests * 1e6)
+        best["senders_us"] = min(best["senders_us"], (t2 - tj) / requests * 1e6)
     # what the exporter threads still have to send is sent (and counted) before the process ends
     t = time.process_time()
     api.shutdown()
+    job.shutdown()
     senders.shutdown()
     best["flush_us"] = (time.process_time() - t) / (3 * requests) * 1e6
     return best
@@ -114,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
                                   "--requests", str(args.requests)], check=True, capture_output=True, text=True)
             figures = json.loads(out.stdout.strip().splitlines()[-1])
             results[mode] = figures
-            print(f"tracing {mode}: API {figures['api_us']:.2f} us CPU per request, senders "
+            print(f"tracing {mode}: API {figures['api_us']:.2f} us CPU per request, job {figures['job_us']:.2f} us"
+                  f" per decision, senders "
                   f"{figures['senders_us']:.2f} us per attempt (+ {figures['flush_us']:.2f} us flushed at exit); "
                   f"load average {os.getloadavg()[0]:.1f}")
         # what reached Jaeger (a span the exporter's queue had no room for is dropped, not sent)

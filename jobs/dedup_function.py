@@ -45,7 +45,7 @@ from operators.metric_names import (
     KEYS_HELD,
     NEWEST_EVENT_TIME,
 )
-from operators.tracing import DECISION, NOTIFICATION_ID, OFF, Tracing, start_tracing
+from operators.tracing import DECISION, DECISION_SPAN, NOTIFICATION_ID, OFF, Tracing, start_tracing
 from operators.window import NO_WATERMARK, Accepted
 
 logger = logging.getLogger(__name__)
@@ -127,9 +127,6 @@ class _Entries:
         return self._state.get(key)  # the stored tuple (notification id, t0, W0, occurrences)
 
 
-#: the span of one traced request's decision (a child of the API's span, the parent of the
-#: channel messages' senders' spans)
-DECISION_SPAN = "dedup decision"
 _OUTCOME_NAMES = contract().outcomes
 
 
