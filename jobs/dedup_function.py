@@ -47,6 +47,7 @@ from operators.metric_names import (
 )
 from operators.tracing import DECISION, DECISION_SPAN, NOTIFICATION_ID, OFF, Tracing, start_tracing
 from operators.window import NO_WATERMARK, Accepted
+from settings.telemetry import TelemetrySettings
 
 logger = logging.getLogger(__name__)
 
@@ -134,17 +135,14 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
     """The dedup decision for every key of one shard.
 
     :param options: the decision's rule and sizing
-    :param otlp_endpoint: ``[telemetry] otlp_endpoint``: where the decisions of requests that carry
-        a ``traceparent`` are sent as spans; None: no spans, nothing of OpenTelemetry loaded
-    :param service: the traces' service name of the job
+    :param telemetry: ``[telemetry]``: with an ``otlp_endpoint``, the decisions of requests that
+        carry a ``traceparent`` are sent there as spans of the service ``<prefix>-job``; without,
+        no spans, and nothing of OpenTelemetry is loaded
     """
 
-    def __init__(
-        self, options: DedupOptions, otlp_endpoint: str | None = None, service: str = "notify-dedup-job"
-    ) -> None:
+    def __init__(self, options: DedupOptions, telemetry: TelemetrySettings) -> None:
         self._o = options
-        self._otlp_endpoint = otlp_endpoint
-        self._service = service
+        self._telemetry = telemetry
         self._tracing: Tracing = OFF
         self._shards: dict[int, _Shard] = {}
         self._timers: set[tuple[int, int]] = set()
@@ -164,7 +162,7 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
         self._levels = {name: _Level(group.counter(name)) for name in DEDUP_LEVELS}
         self._since_levels = 0
         self._levels_at = time.monotonic()
-        self._tracing = start_tracing(self._otlp_endpoint, self._service)
+        self._tracing = start_tracing(self._telemetry.otlp_endpoint, self._telemetry.service("job"))
 
     def close(self) -> None:
         self._tracing.shutdown()

@@ -166,9 +166,7 @@ def build_pipeline(env: StreamExecutionEnvironment, cfg: Settings) -> None:
     )
     verdicts = (
         KeyedStream(j_rekeyed, BATCH_TYPE, DataStream(j_batched))
-        .process(
-            DedupShard(dedup_options(cfg), cfg.telemetry.otlp_endpoint, cfg.telemetry.service("job")), VERDICTS_TYPE
-        )
+        .process(DedupShard(dedup_options(cfg), cfg.telemetry), VERDICTS_TYPE)
         .name(DEDUP_OPERATOR)
         .uid(UID_DEDUP)
     )

@@ -113,20 +113,17 @@ class Tracing:
         decision). Its context as a traceparent; None when off."""
         if self.tracer is None:
             return None
+        from opentelemetry.trace import set_span_in_context
+
         span = self.tracer.start_span(name, context=_context_of(parent), start_time=start_ns, attributes=attributes)
         span.end()
-        ctx = span.get_span_context()
-        return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}"
+        return _traceparent_of(set_span_in_context(span))
 
     def traceparent(self) -> str | None:
         """The current span's context as a traceparent (None when off or outside a span)."""
         if self.tracer is None:
             return None
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-        carrier: dict[str, str] = {}
-        TraceContextTextMapPropagator().inject(carrier)
-        return carrier.get("traceparent")
+        return _traceparent_of(None)
 
     def shutdown(self) -> None:
         """Send the spans still batched, then stop the exporter (bounded by its own timeout)."""
@@ -136,6 +133,15 @@ class Tracing:
 
 #: tracing off: what every component holds unless ``[telemetry] otlp_endpoint`` is set
 OFF = Tracing()
+
+
+def _traceparent_of(context: Any) -> str | None:
+    """The span of ``context`` (None: the current one) as W3C traceparent text."""
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier, context=context)
+    return carrier.get("traceparent")
 
 
 def _context_of(parent: str | None) -> Any:

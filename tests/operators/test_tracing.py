@@ -108,3 +108,12 @@ def test_a_recorded_span_keeps_its_start_continues_its_parent_and_gives_its_own_
     assert carried == f"00-{PARENT[3:35]}-{span.context.span_id:016x}-01"
     assert dict(span.attributes or {}) == {"dedup.decision": "accepted"}
     assert OFF.record("decision", parent=PARENT, start_ns=started) is None
+
+
+def test_a_recorded_span_with_a_malformed_parent_starts_a_trace_of_its_own() -> None:
+    tracing, exporter = in_memory()
+    carried = tracing.record("decision", parent="00-" + "z" * 52, start_ns=time.time_ns())
+    [span] = exporter.get_finished_spans()
+    assert span.parent is None
+    assert valid_traceparent(carried) == carried
+    assert (carried[3:35], carried[36:52]) == (f"{span.context.trace_id:032x}", f"{span.context.span_id:016x}")
