@@ -27,6 +27,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from api.accept import build_request
 from operators.limits import RequestLimits
 from operators.records import Category, Priority
+from operators.tracing import CAMPAIGN_BATCH_SPAN, CAMPAIGN_ID, OFF, AttributeValue, Tracing
 from ops import kafka_io
 from senders.policy.bucket import RateLimit, TokenBucket
 from senders.store.db import Database
@@ -208,6 +209,8 @@ class RunnerContext:
     limits: RequestLimits
     opener: Callable[[], Database]
     kafka_timeout_s: float = 30.0
+    #: a span per batch (``campaign batch``), whose context its requests carry to the job and senders
+    tracing: Tracing = OFF
 
 
 class Runner:
@@ -293,7 +296,16 @@ class Runner:
 
     def _batch(self, producer: Producer, c: Campaign, position: int, users: Sequence[tuple[int, str]]) -> None:
         """The requests of ``users`` and the campaign's new ``position`` (after them), in one
-        transaction."""
+        transaction: with tracing on, one span, ``campaign batch``, the parent of each request's
+        trace (a trace per batch, not one of millions of spans per campaign)."""
+        attributes: dict[str, AttributeValue] = {
+            CAMPAIGN_ID: c.campaign_id, "campaign.position": position, "campaign.requests": len(users)}
+        with self._ctx.tracing.span(CAMPAIGN_BATCH_SPAN, parent=None, kind="producer", attributes=attributes):
+            self._write_batch(producer, c, position, users, self._ctx.tracing.traceparent())
+
+    def _write_batch(
+        self, producer: Producer, c: Campaign, position: int, users: Sequence[tuple[int, str]], traceparent: str | None
+    ) -> None:
         ctx = self._ctx
         now = _now_ms()
         producer.begin_transaction()
@@ -310,6 +322,7 @@ class Runner:
                         "category": c.kind.value,
                         "event_time": now,
                         "dedup_key": dedup_key(c, user),
+                        "traceparent": traceparent,
                     },
                     ctx.limits,
                     now,

@@ -107,6 +107,7 @@ def build_services(cfg: Settings) -> Services:
         # a key pending for longer than two acknowledgement timeouts was abandoned by its writer
         return Terms(int(time.time() * 1000), api.idempotency_ttl_s * 1000, 2 * api.ack_timeout_ms + 5_000)
 
+    tracing = start_tracing(cfg.telemetry.otlp_endpoint, cfg.telemetry.service("api"))
     runner = campaigns.RunnerContext(
         client_config=client,
         requests_topic=cfg.topics.requests,
@@ -116,6 +117,7 @@ def build_services(cfg: Settings) -> Services:
         limits=limits,
         opener=opener,
         kafka_timeout_s=s.kafka_timeout_ms / 1000,
+        tracing=tracing,
     )
     singletons = Singletons(
         SingletonsContext(opener=opener, runner=runner, topics=cfg.topics, outcomes_group=api.outcomes_group,
@@ -152,7 +154,7 @@ def build_services(cfg: Settings) -> Services:
         writer=StoreWriter(opener, terms, read_profile, api.writer_max_batch, metrics.reservation_batch.observe),
         profiles=profiles,
         metrics=metrics,
-        tracing=start_tracing(cfg.telemetry.otlp_endpoint, cfg.telemetry.service("api")),
+        tracing=tracing,
     )
 
 

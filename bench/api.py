@@ -249,10 +249,15 @@ def run(args: argparse.Namespace) -> int:
         api_tree = Processes(api_proc.pid)
         broker_pid = cluster.nodes[0].pid()
         broker_tree = Processes(broker_pid) if broker_pid and cluster.size == 1 else None
+        sys.stdout.write(f"the API is ready at {url}\n")
         if args.warmup:
+            sys.stdout.write(f"warm-up: {args.rates[0] / 2:g} requests/s for {args.warmup:g} s\n")
+            sys.stdout.flush()
             _generator(url, token, args.rates[0] / 2, args.warmup, args)
         for rate in args.rates:
             load_start = os.getloadavg()[0]
+            sys.stdout.write(f"phase: {rate:g} requests/s for {args.seconds:g} s (load average {load_start:.1f})\n")
+            sys.stdout.flush()
             before = api_scrape.scrape(url)
             cpu_api, cpu_broker = api_tree.cpu_s(), broker_tree.cpu_s() if broker_tree else 0.0
             serving = api_tree.serving()
@@ -362,11 +367,11 @@ def _generator(url: str, token: str, rate: float, seconds: float, args: argparse
         [sys.executable, "-m", "bench.api_load", url, "--rate", str(rate), "--seconds", str(seconds),
          "--connections", str(args.connections), "--users", str(args.users), "--timeout", str(args.timeout),
          "--repeat-share", str(args.repeat_share)],
-        cwd=REPO, env={**os.environ, "BENCH_API_TOKEN": token}, capture_output=True, text=True,
+        cwd=REPO, env={**os.environ, "BENCH_API_TOKEN": token}, stdout=subprocess.PIPE, text=True,
         timeout=seconds * 3 + args.timeout + 60,
-    )
+    )  # its stderr (progress, or why it failed) goes to ours as it comes
     if done.returncode != 0:
-        raise RuntimeError(f"the load generator failed: {done.stderr[-2000:]}")
+        raise RuntimeError(f"the load generator failed with exit {done.returncode} (its stderr is above)")
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 

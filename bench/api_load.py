@@ -24,6 +24,9 @@ import time
 import uuid
 from typing import Any
 
+#: seconds between progress lines during a phase
+PROGRESS_S = 5.0
+
 
 def percentile(values: list[float], q: float) -> float:
     if not values:
@@ -102,8 +105,15 @@ async def load(url: str, token: str, rate: float, seconds: float, connections: i
     total = int(rate * seconds)
     run = uuid.uuid4().hex[:8]
     start = time.perf_counter() + 0.2
+    said = start
     for n in range(total):
         due = start + n / rate
+        if due - said >= PROGRESS_S:  # on stderr: stdout is the summary
+            said = due
+            failed = sum(1 for _, status in results if status not in (200, 202))
+            sys.stderr.write(f"  ... {n:,} of {total:,} requests sent, {len(results):,} answered ({failed:,} not 2xx)"
+                             f" after {due - start:.0f} s\n")
+            sys.stderr.flush()
         delay = due - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)

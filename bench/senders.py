@@ -24,7 +24,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -223,7 +223,8 @@ class Bench:
         notes: list[str] = []
         with self.senders(space, [channel], processes) as procs:
             started = time.monotonic()
-            complete = _wait_for(lambda: stub.count(channel.value) >= n, started + self.plan.bound_s, procs, notes)
+            complete = _wait_for(lambda: stub.count(channel.value) >= n, started + self.plan.bound_s, procs, notes,
+                                 lambda: f"{space.name}: {stub.count(channel.value):,} of {n:,} at the stub")
             counter = _settle_and_count(procs, stub.count(channel.value))
             for p in procs:
                 p.grace_s = 30.0 if complete else 5.0
@@ -318,7 +319,9 @@ class Bench:
                     time.sleep(pause)
                 message = code_message(space.name, i, int(time.time() * 1000))
                 written[message["message_key"]] = writer.write_one(codes_topic, message)
-            _wait_for(lambda: http.count("sms") >= plan.codes, deadline, procs, notes)
+            _wait_for(lambda: http.count("sms") >= plan.codes, deadline, procs, notes,
+                      lambda: f"{space.name}: {http.count('sms'):,} of {plan.codes:,} codes and"
+                              f" {smtp.count('email'):,} of {plan.campaign:,} campaign emails at the stubs")
             self._check_alive(space, procs)
         writer.close()
         sms = http.dump("sms") or {"arrivals": {}, "repeats": []}
@@ -386,11 +389,22 @@ class SenderProc:
             return None
 
 
-def _wait_for(done: Any, deadline: float, procs: Sequence[SenderProc], notes: list[str]) -> bool:
-    """Poll ``done()`` until it holds (True), the deadline passes or a sender process exits (False)."""
+#: seconds between the progress lines of a phase that is being waited for
+PROGRESS_S = 5.0
+
+
+def _wait_for(done: Any, deadline: float, procs: Sequence[SenderProc], notes: list[str],
+              progress: Callable[[], str] | None = None) -> bool:
+    """Poll ``done()`` until it holds (True), the deadline passes or a sender process exits (False);
+    every ``PROGRESS_S``, ``progress()`` (where the phase is) as a line of its own."""
+    started = time.monotonic()
+    said = started
     while True:
         if done():
             return True
+        if progress is not None and time.monotonic() - said >= PROGRESS_S:
+            said = time.monotonic()
+            print(f"  ... {progress()} after {said - started:.0f} s", flush=True)
         if time.monotonic() >= deadline:
             return False
         for p in procs:

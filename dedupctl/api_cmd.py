@@ -1,5 +1,6 @@
 """``dedupctl api``: run the HTTP API, manage callers' tokens (create, rotate, list, revoke),
-print the OpenAPI document and the route -> scope table."""
+print the OpenAPI document and the route -> scope table; campaigns through the running API
+(dedupctl/campaigns_cmd.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from dedupctl import campaigns_cmd
 from operators.errors import ConfigError
 from senders.runtime.pool import open_status_store
 from settings import Settings
@@ -185,3 +187,4 @@ def register(sub: Any) -> None:
     q.set_defaults(func=cmd_api_openapi)
     q = api_sub.add_parser("scopes", help="print the scopes and the route -> scope table (docs/api.md has it)")
     q.set_defaults(func=cmd_api_scopes)
+    campaigns_cmd.register(api_sub)

@@ -113,7 +113,8 @@ def cmd_chaos(cfg: Settings, args: argparse.Namespace) -> int:
 
     plan = ChaosPlan(requests=args.requests, rate=args.rate, kills=args.kills,
                      broker_restarts=args.broker_restarts, rescales=args.rescales, seed=args.seed,
-                     cluster=args.cluster, brokers=args.brokers, broker_kills=args.broker_kills)
+                     cluster=args.cluster, brokers=args.brokers, broker_kills=args.broker_kills,
+                     progress_s=args.progress_seconds)
     return 0 if run_chaos(plan, _out).ok else 1
 
 
@@ -178,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--cluster", action="store_true",
                    help="a standalone cluster from the PyPI distribution's scripts; kills hit TaskManagers")
+    p.add_argument("--progress-seconds", type=float, default=15.0,
+                   help="a progress line (requests produced, output offsets readable) this often; 0: none")
     p.set_defaults(func=cmd_chaos)
 
     p = sub.add_parser("demo", help="broker, job and scenario end to end")

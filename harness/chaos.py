@@ -59,6 +59,8 @@ class ChaosPlan:
     :param settle_timeout_s: how long to wait for the output once everything is produced
     :param cluster: run on a standalone cluster (separate JobManager and TaskManager processes,
         ``flink run -py``); a kill is then a TaskManager SIGKILL, and the JobManager restores
+    :param progress_s: every this many seconds, a progress line (requests produced, output offsets
+        readable); 0: none
     """
 
     requests: int = 200_000
@@ -71,6 +73,7 @@ class ChaosPlan:
     uptime_s: tuple[float, float] = (4.0, 12.0)
     settle_timeout_s: float = 600.0
     cluster: bool = False
+    progress_s: float = 15.0
     broker_kills: int = 0
     brokers: int = 1
     broker_down_s: tuple[float, float] = (12.0, 20.0)
@@ -203,12 +206,21 @@ def wait_watermark(rest: RestClient, at_least: int, timeout_s: float = 300.0) ->
     raise TimeoutError(f"the job's watermark did not reach {at_least} within {timeout_s:.0f} s")
 
 
+@dataclass
+class Produced:
+    """How many of the stream's records the producer has handed to its client so far."""
+
+    records: int = 0
+
+
 def producer_thread(cfg: Settings, stream: Stream, rate: int, done: threading.Event,
-                    before_late: Callable[[], None] = lambda: None) -> threading.Thread:
-    """Produce the stream at ``rate``. Before its first late request, ``before_late()``: the
-    job's first watermark comes from its periodic emitter, and records read before it (a burst
-    after a slow start) are on time whatever their event time; the model's verdicts hold once
-    the job has a watermark."""
+                    before_late: Callable[[], None] = lambda: None,
+                    produced: Produced | None = None) -> threading.Thread:
+    """Produce the stream at ``rate``, counting into ``produced``. Before its first late request,
+    ``before_late()``: the job's first watermark comes from its periodic emitter, and records read
+    before it (a burst after a slow start) are on time whatever their event time; the model's
+    verdicts hold once the job has a watermark."""
+    count = produced if produced is not None else Produced()
 
     def run() -> None:
         prod = kafka_io.producer(cfg.kafka.client_config(), **{"delivery.timeout.ms": "600000"})
@@ -231,6 +243,7 @@ def producer_thread(cfg: Settings, stream: Stream, rate: int, done: threading.Ev
                 except BufferError:
                     prod.poll(0.1)
             prod.poll(0)
+            count.records = i + 1
         remaining = prod.flush(600)
         if remaining:
             logger.error("%d records were never delivered", remaining)
@@ -310,6 +323,32 @@ def kill_broker(kafka: KafkaCluster, cfg: Settings, rng: random.Random, down_s: 
     act(f"broker node {node} back in sync")
 
 
+def progress_thread(cfg: Settings, total: int, produced: Produced, interval_s: float,
+                    say: Callable[[str], None], stop: threading.Event, t0: float) -> threading.Thread:
+    """Every ``interval_s``, a line: requests produced of ``total``, output offsets readable
+    (read_committed; a transaction's marker takes an offset too) and how many more since the last
+    line. Not one of the report's actions."""
+
+    def run() -> None:
+        client = cfg.kafka.client_config()
+        before: int | None = None
+        while not stop.wait(interval_s):
+            try:
+                readable = kafka_io.stable_offsets(client, cfg.topics.outputs())
+            except Exception as exc:  # noqa: BLE001 - a broker down mid-fault: say so, look again later
+                say(f"[{time.monotonic() - t0:7.1f}s] progress: {produced.records:,} of {total:,} requests produced;"
+                    f" the output offsets not readable now ({type(exc).__name__})")
+                continue
+            more = "" if before is None else f" (+{readable - before:,})"
+            say(f"[{time.monotonic() - t0:7.1f}s] progress: {produced.records:,} of {total:,} requests produced;"
+                f" {readable:,} output offsets readable{more}")
+            before = readable
+
+    thread = threading.Thread(target=run, name="progress", daemon=True)
+    thread.start()
+    return thread
+
+
 def run_chaos(plan: ChaosPlan, say: Callable[[str], None] = print, work: Path | None = None,
               kafka: KafkaCluster | None = None) -> ChaosReport:
     """Run the plan; on ``kafka`` when given (of ``plan.brokers`` nodes, left running, its nodes
@@ -365,7 +404,11 @@ def run_chaos(plan: ChaosPlan, say: Callable[[str], None] = print, work: Path | 
         wait_watermark(rest, at_least)
         act(f"the job's watermark is past {at_least} and checkpointed: the late requests go out")
 
-    producer_thread(cfg, stream, plan.rate, produced, before_late)
+    count = Produced()
+    producer_thread(cfg, stream, plan.rate, produced, before_late, count)
+    quiet = threading.Event()
+    if plan.progress_s > 0:
+        progress_thread(cfg, len(stream.records), count, plan.progress_s, say, quiet, t0)
     faults = (["kill"] * plan.kills + ["broker"] * plan.broker_restarts + ["broker-kill"] * plan.broker_kills
               + ["rescale"] * plan.rescales)
     rng.shuffle(faults)
@@ -419,6 +462,7 @@ def run_chaos(plan: ChaosPlan, say: Callable[[str], None] = print, work: Path | 
         time.sleep(5)  # anything extra would be committed by now
         actual = read_outputs(cfg)
     finally:
+        quiet.set()
         job.kill()
         if cluster is not None:
             cluster.stop()

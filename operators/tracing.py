@@ -35,8 +35,11 @@ PROVIDER = "provider"
 OUTCOME = "outcome"
 ATTEMPT = "attempt"
 DECISION = "dedup.decision"
+CAMPAIGN_ID = "campaign.id"
 #: the span of one traced request's decision in the job (jobs/dedup_function.py)
 DECISION_SPAN = "dedup decision"
+#: the span of one transaction of a campaign's requests in the API (api/campaigns.py)
+CAMPAIGN_BATCH_SPAN = "campaign batch"
 #: a traceparent is ``00-<32 hex>-<16 hex>-<2 hex>``: 55 characters; anything longer is not one
 TRACEPARENT_CHARS = 55
 _TRACEPARENT = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")

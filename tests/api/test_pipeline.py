@@ -21,7 +21,7 @@ from harness.local_jaeger import render_trace
 from operators import codec
 from operators.records import Category, Channel, NotificationRequest
 from ops import kafka_io
-from tests.api.conftest import Pipeline, RunningApi, signed
+from tests.api.conftest import PIPELINE_USERS, Pipeline, RunningApi, signed
 from tests.senders.conftest import address_of, read_records, wait_until
 
 pytestmark = pytest.mark.integration
@@ -328,3 +328,52 @@ def test_a_notification_is_one_trace_from_the_callers_span_to_the_provider_call(
     text = str(trace)
     for secret in ("chen", address_of("chen", Channel.SMS), "TR-4411", p.sender):
         assert secret not in text
+
+
+def test_a_campaign_batch_is_the_parent_of_its_requests_decisions(pipeline: Pipeline) -> None:
+    """A campaign's requests carry the context of the batch that wrote them (``campaign batch``, a
+    span of the API's, found in Jaeger by the campaign id): each request's decision in the job is
+    its child, and each channel message carries its decision's context on to the senders."""
+    p = pipeline
+    growth = p.api.token("growth", categories=(Category.MARKETING,), scopes=(Scope.CAMPAIGNS,), rate=1000)
+    body = {"template": "eid_sale", "segment": PIPELINE_USERS, "params": {"pct": "20"}, "channels": ["sms"],
+            "rate": 1000}
+    with p.client(growth) as c:
+        created = c.post("/v1/campaigns", json=body)
+        assert created.status_code == 202, created.text
+        cid = created.json()["campaign_id"]
+        wait_until(lambda: c.get(f"/v1/campaigns/{cid}").json()["state"] == "done", 30,
+                   lambda: c.get(f"/v1/campaigns/{cid}").text)
+    requests = [r for r in p.requests() if r["notification_id"].startswith(f"{cid}-")]
+    assert len(requests) == len(PIPELINE_USERS)
+    [batch_context] = {r["traceparent"] for r in requests}  # one batch: 3 users at 1,000/s
+    trace_id, batch_span, flags = batch_context.split("-")[1:4]
+
+    def trace() -> dict | None:  # type: ignore[type-arg]
+        found = p.jaeger.traces(p.cfg.telemetry.service("api"), {"campaign.id": cid})
+        if len(found) != 1:
+            return None
+        decisions = [s for s in found[0]["spans"] if s["operationName"] == "dedup decision"]
+        return found[0] if len(decisions) == len(PIPELINE_USERS) else None
+
+    wait_until(lambda: trace() is not None, 60, f"campaign {cid}'s trace in Jaeger")
+    found = trace()
+    assert found is not None and found["traceID"] == trace_id
+    services = {pid: proc["serviceName"] for pid, proc in found["processes"].items()}
+    [batch] = [s for s in found["spans"] if s["operationName"] == "campaign batch"]
+    tags = {t["key"]: t["value"] for t in batch["tags"]}
+    assert (batch["spanID"], services[batch["processID"]]) == (batch_span, "notify-dedup-api")
+    assert {k: tags[k] for k in ("campaign.id", "campaign.requests")} == {
+        "campaign.id": cid, "campaign.requests": len(PIPELINE_USERS)}
+    decisions = {
+        next(t["value"] for t in s["tags"] if t["key"] == "notification.id"): s
+        for s in found["spans"] if s["operationName"] == "dedup decision"
+    }
+    assert sorted(decisions) == sorted(r["notification_id"] for r in requests)
+    for span in decisions.values():
+        assert services[span["processID"]] == "notify-dedup-job"
+        assert [r["spanID"] for r in span["references"] if r["refType"] == "CHILD_OF"] == [batch_span]
+    messages = [m for m in read_records(p.bootstrap, p.cfg.topics.sms, "channel_message")
+                if m["notification_id"].startswith(f"{cid}-")]
+    assert sorted((m["notification_id"], m["traceparent"]) for m in messages) == sorted(
+        (nid, f"00-{trace_id}-{span['spanID']}-{flags}") for nid, span in decisions.items())
