@@ -19,7 +19,8 @@ from api.pool import StorePool
 from api.producer import RequestProducer
 from api.profile_cache import ProfileReads
 from api.ratelimit import CallerLimits
-from api.singletons import Singletons, SingletonsContext
+from api.receipts.registry import receipt_schemes
+from api.singletons import HeldReceipts, Singletons, SingletonsContext
 from api.tokens import TokenCache
 from api.writer import StoreWriter
 from operators.limits import RequestLimits
@@ -123,7 +124,10 @@ def build_services(cfg: Settings) -> Services:
         SingletonsContext(opener=opener, runner=runner, topics=cfg.topics, outcomes_group=api.outcomes_group,
                           kafka=cfg.kafka, prune_interval_s=api.prune_interval_s,
                           retention_ms=s.retention_ms(cfg.dedup.max_window_sec),
-                          campaign_poll_s=api.campaign_poll_ms / 1000),
+                          campaign_poll_s=api.campaign_poll_ms / 1000,
+                          held=HeldReceipts(receipt_schemes(cfg, api.webhook_secret_map()), cipher,
+                                            cfg.senders.status_topic, api.held_receipts_interval_ms / 1000,
+                                            api.held_receipts_ttl_s * 1000, client)),
         api.shutdown_timeout_s,
     )
 

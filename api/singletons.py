@@ -1,7 +1,8 @@
 """What runs once across the API processes of a store, in the process that holds the lease
 (``api.leader``): the campaigns' runners, the reader of the job's verdicts, the pruning of old
-records, and the making of the campaigns topic. Started when the process is elected, stopped
-(campaigns after their batch) when it is not, or when it stops.
+records, the held receipts (api/receipts/held.py), and the making of the campaigns topic.
+Started when the process is elected, stopped (campaigns after their batch) when it is not, or
+when it stops.
 
 The runners are started for every scheduled or running campaign in the store, looked for every
 ``api.campaign_poll_ms``: a campaign created, or resumed, through any process is picked up by
@@ -13,16 +14,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, Producer
 
 from api import campaigns
 from api.outcomes import OutcomeReader
+from api.receipts.apply import status_record
+from api.receipts.held import release
+from api.receipts.model import ReceiptScheme
 from api.store import prune
+from operators import codec
 from operators.contract import Topics
 from ops import kafka_io
+from senders.profiles.crypto import ContactCipher
 from senders.store.db import Database
 from settings.kafka import KafkaSettings
 
@@ -44,6 +50,20 @@ class SingletonsContext:
     prune_interval_s: float
     retention_ms: int
     campaign_poll_s: float
+    held: HeldReceipts | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HeldReceipts:
+    """What applying the held receipts needs: the providers' schemes, the contacts' cipher, the
+    status topic the changes go to, how often and for how long."""
+
+    schemes: Mapping[str, ReceiptScheme]
+    cipher: ContactCipher
+    status_topic: str
+    interval_s: float
+    ttl_ms: int
+    client_config: Mapping[str, str] = field(default_factory=dict)
 
 
 class Term:
@@ -60,6 +80,9 @@ class Term:
             threading.Thread(target=self._prune, name="api-prune", daemon=True),
             threading.Thread(target=self._poll_campaigns, name="api-campaigns-poll", daemon=True),
         ]
+        if ctx.held is not None:
+            self._threads.append(threading.Thread(target=self._release_held, args=(ctx.held,),
+                                                  name="api-held-receipts", daemon=True))
 
     def start(self) -> Term:
         self.outcomes.start()
@@ -88,6 +111,36 @@ class Term:
                 logger.exception("pruning the API's records failed")
         if db is not None:
             db.close()
+
+    def _release_held(self, held: HeldReceipts) -> None:
+        """Every ``api.held_receipts_interval_ms``: the held receipts whose message is recorded now,
+        applied, their changes onto the status topic; those past their time dropped."""
+        db, producer = None, None
+        while not self._stop.wait(held.interval_s):
+            try:
+                db = db or self._ctx.opener()
+                now = int(time.time() * 1000)
+                done = release(db, held.cipher, held.schemes, now, held.ttl_ms)
+                if done.dropped:
+                    logger.warning("dropped %d held receipt(s): their message was not recorded as sent within %d s"
+                                   " (or their provider is no longer configured)", done.dropped, held.ttl_ms // 1000)
+                changed = [a.row for a in done.applied if a.changed and a.row is not None]
+                if done.applied:
+                    logger.info("applied %d held receipt(s), %d still held", len(done.applied), done.waiting)
+                if changed:
+                    producer = producer or Producer({**held.client_config, "enable.idempotence": "true",
+                                                     "acks": "all"})
+                    for row in changed:
+                        producer.produce(held.status_topic, key=row.message_key.encode(),
+                                         value=codec.encode("delivery_status", status_record(row, now)))
+                    if producer.flush(10):  # the store has them: the status topic misses these changes
+                        logger.warning("%d held receipt change(s) stored, not on the status topic", len(producer))
+            except Exception:  # noqa: BLE001 - a store or broker outage: the next round tries again
+                logger.exception("applying the held receipts failed")
+        if db is not None:
+            db.close()
+        if producer is not None:
+            producer.flush(5)
 
     def _ensure_campaigns_topic(self) -> None:
         """The campaigns' progress topic, made when the brokers answer (retried until then:

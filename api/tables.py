@@ -84,6 +84,17 @@ SCHEMA = (
         PRIMARY KEY (provider, provider_ref, status)
     )""",
     "CREATE INDEX IF NOT EXISTS api_receipt_by_message ON api_receipt (message_key)",
+    # a provider's receipts that came before their message was recorded as sent (api/receipts/held.py):
+    # the event as JSON, its address encrypted as contacts are
+    """CREATE TABLE IF NOT EXISTS api_held_receipt (
+        provider TEXT NOT NULL,
+        provider_ref TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        event TEXT NOT NULL,
+        received_ms BIGINT NOT NULL,
+        PRIMARY KEY (provider, provider_ref, kind)
+    )""",
+    "CREATE INDEX IF NOT EXISTS api_held_receipt_by_age ON api_held_receipt (received_ms)",
     # campaigns: the definition, the segment in order, the progress (its source of truth is the
     # campaigns topic, written in each batch's transaction; ``written`` follows it)
     """CREATE TABLE IF NOT EXISTS api_campaign (

@@ -5,10 +5,11 @@ from sent to delivered or failed, once, found by the provider's message id; the 
 the senders' status topic too. A refusal is 401 whatever the reason (logged, without the body).
 
 This project's receipts answer as before: ``{message_key, status, changed}``, 404 for a message
-not (yet) recorded as sent, 409 for one a receipt cannot change. A provider's (one callback, or a
-batch of events) answers ``{events, receipts: [{message_key, status, changed}]}``: 404 when one
-of its events names a message not recorded yet (the provider sends it again; the others are
-applied already, and once), else 200, the events that change nothing included.
+not (yet) recorded as sent (its sender sends it again), 409 for one a receipt cannot change. A
+provider's (one callback, or a batch of events) answers 200 ``{events, held, receipts:
+[{message_key, status, changed}]}``: an event naming a message not recorded yet (a callback
+sooner than the sender's batch) is held and applied once it is (api/receipts/held.py), since
+a provider such as Twilio does not call again; the events that change nothing are answered too.
 """
 
 from __future__ import annotations
@@ -26,14 +27,14 @@ from api.models import ReceiptIn, ReceiptOut
 from api.producer import NotAcknowledged
 from api.receipts import sendgrid as sendgrid_receipts
 from api.receipts import twilio as twilio_receipts
-from api.receipts.apply import Applied, apply_events
+from api.receipts.apply import Applied, apply_events, status_record
+from api.receipts.held import hold, holds
 from api.receipts.model import BadReceipt, ReceiptScheme
 from api.receipts.registry import receipt_schemes
 from api.services import Services, services
 from api.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER
 from operators import codec
 from senders.store.db import Database
-from senders.store.status import StatusRow
 
 logger = logging.getLogger(__name__)
 router = APIRouter()
@@ -44,6 +45,8 @@ class ReceiptsOut(BaseModel):
     message it named."""
 
     events: int = Field(description="the events the receipt carried")
+    held: int = Field(default=0, description="events whose message is not recorded as sent yet: kept, and applied"
+                                             " when it is (within api.held_receipts_ttl_s)")
     receipts: list[ReceiptOut] = Field(description="the messages they named, as they are now")
 
 
@@ -71,18 +74,6 @@ _BODY = {"parameters": [
                        "ErrorCode": {"type": "string"}},
     }},
 }}}
-
-
-def status_record(row: StatusRow, now_ms: int) -> dict[str, Any]:
-    """The receipt's change as the senders' status records say it (no address, no params)."""
-    t = row.template
-    return {
-        "message_key": row.message_key, "notification_id": row.notification_id, "channel": row.channel.value,
-        "lane": row.lane.value, "status": row.status.value, "attempt": row.attempts, "provider": row.provider,
-        "error": None, "retry_at": None, "at": now_ms, "reason": row.reason, "not_before": None,
-        "template": t.name if t else None, "template_version": t.version if t else None,
-        "locale": t.locale if t else None,
-    }
 
 
 def _schemes(request: Request, s: Services) -> dict[str, ReceiptScheme]:
@@ -130,20 +121,25 @@ async def receipt(provider: Annotated[str, Path(min_length=1, max_length=256)], 
     now = int(time.time() * 1000)
 
     def apply(db: Database) -> list[Applied]:
-        return apply_events(db, s.cipher, provider, scheme, events, now)
+        applied = apply_events(db, s.cipher, provider, scheme, events, now)
+        if holds(scheme):  # a provider that would not call again: kept until the message is recorded
+            for a in applied:
+                if a.missing:
+                    hold(db, s.cipher, provider, a.event, now)
+        return applied
 
     applied = await s.pool.run(apply)
     for a in applied:
         if a.event.opt_out and a.row is not None and a.row.user_id:
             s.profiles.drop(a.row.user_id)  # the accept path's read of the profile is stale now
     await _publish(s, applied, now)
-    if any(a.missing for a in applied):
-        raise not_found("no sent message of this provider has this id (yet)", code="unknown_message")
-    if scheme.kind != "notify":
-        return ReceiptsOut(events=len(events), receipts=[
+    if holds(scheme):
+        return ReceiptsOut(events=len(events), held=sum(a.missing for a in applied), receipts=[
             ReceiptOut(message_key=a.row.message_key, status=a.row.status.value, changed=a.changed)
             for a in applied if a.row is not None
         ])
+    if any(a.missing for a in applied):
+        raise not_found("no sent message of this provider has this id (yet)", code="unknown_message")
     [one] = applied
     assert one.row is not None and one.event.status is not None
     if not one.changed and one.row.status is not one.event.status:

@@ -45,6 +45,10 @@ class ApiSettings(Section):
         dies, another process takes over within it (at once when the holder ran on this host)
     :param campaign_poll_ms: how often that process looks for campaigns to run (one created or
         resumed through another process starts within this time)
+    :param held_receipts_interval_ms: how often that process applies the providers' receipts that
+        came before their message was recorded as sent (held; see docs/api.md)
+    :param held_receipts_ttl_s: a held receipt whose message is still not recorded after this long
+        is dropped (counted in the log)
     :param writer_max_batch: the most idempotency reservations (and, apart, completions) the
         store writer puts in one transaction
     :param token_cache_ttl_ms: a looked-up token is trusted this long without reading the store
@@ -109,6 +113,8 @@ class ApiSettings(Section):
     processes: int = 1
     lease_ttl_ms: int = 10_000
     campaign_poll_ms: int = 1_000
+    held_receipts_interval_ms: int = 1_000
+    held_receipts_ttl_s: int = 86_400
     writer_max_batch: int = 256
     shutdown_timeout_s: float = 10.0
     segments_dir: str = ""
@@ -124,7 +130,7 @@ class ApiSettings(Section):
         "max_body_bytes", "max_campaign_body_bytes", "max_campaign_users", "ack_timeout_ms", "idempotency_ttl_s",
         "token_cache_ttl_ms", "webhook_tolerance_s", "campaign_batch_ms", "store_threads", "prune_interval_s",
         "pending_wait_ms", "max_active_campaigns", "kafka_probe_interval_ms", "processes", "lease_ttl_ms",
-        "campaign_poll_ms", "writer_max_batch",
+        "campaign_poll_ms", "writer_max_batch", "held_receipts_interval_ms", "held_receipts_ttl_s",
     )
     @classmethod
     def _positive(cls, value: int) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from api.receipts.model import ReceiptEvent, ReceiptScheme
 from api.store import record_receipt
@@ -101,3 +102,15 @@ def apply_events(
     now_ms: int,
 ) -> list[Applied]:
     return [apply_event(db, cipher, provider, scheme, e, now_ms) for e in events]
+
+
+def status_record(row: StatusRow, now_ms: int) -> dict[str, Any]:
+    """The receipt's change as the senders' status records say it (no address, no params)."""
+    t = row.template
+    return {
+        "message_key": row.message_key, "notification_id": row.notification_id, "channel": row.channel.value,
+        "lane": row.lane.value, "status": row.status.value, "attempt": row.attempts, "provider": row.provider,
+        "error": None, "retry_at": None, "at": now_ms, "reason": row.reason, "not_before": None,
+        "template": t.name if t else None, "template_version": t.version if t else None,
+        "locale": t.locale if t else None,
+    }

@@ -11,6 +11,8 @@ Twilio's public documentation (``https://www.twilio.com/docs/messaging/api/messa
 * ``callback(message, status, error_code)``: the status callback Twilio would POST to the
   message's ``StatusCallback``, signed as Twilio signs it (``X-Twilio-Signature``:
   base64(HMAC-SHA1(auth token, URL + each parameter's name and value, sorted by name))).
+* ``early[to] = (status, error_code)``: that recipient's callback is POSTed before the send is
+  answered (a callback sooner than the sender's record of the send); its reply in ``early_replies``.
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ class TwilioStub(StubServer):
         self.script: Script[Step] = Script(Step())
         self.sent: list[SentSms] = []
         self.requests: list[Request] = []
+        self.early: dict[str, tuple[str, int | None]] = {}
+        self.early_replies: dict[str, httpx.Response] = {}
 
     def _error(self, status: int, code: int, message: str, headers: dict[str, str] | None = None) -> Reply:
         body = {"code": code, "message": message, "more_info": f"https://www.twilio.com/docs/errors/{code}",
@@ -104,6 +108,11 @@ class TwilioStub(StubServer):
                       form.get("StatusCallback"), request.headers.get("authorization"), tuple(pairs))
         with self.lock:
             self.sent.append(sms)
+            early = self.early.get(to)
+        if early is not None and sms.status_callback:
+            answer = self.callback(sms, *early)
+            with self.lock:
+                self.early_replies[sid] = answer
         reply = {"sid": sid, "account_sid": self.account_sid, "to": to, "from": sms.sender, "body": sms.body,
                  "status": "queued", "api_version": "2010-04-01", "error_code": None, "num_segments": "1",
                  "messaging_service_sid": sms.messaging_service_sid,

@@ -16,6 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
+from api.receipts.held import held_count
 from api.scopes import Scope
 from harness.provider_servers.sendgrid import SendGridStub, SentMail
 from harness.provider_servers.twilio import SentSms, TwilioStub
@@ -24,7 +25,14 @@ from senders.runtime.pool import build_pool, open_status_store
 from senders.statuses import Lane
 from settings import Settings
 from tests.api.conftest import RunningApi, api_settings
-from tests.senders.conftest import address_of, channel_message, produce_messages, register_users, wait_until
+from tests.senders.conftest import (
+    address_of,
+    channel_message,
+    produce_messages,
+    read_records,
+    register_users,
+    wait_until,
+)
 
 USERS = [f"rcpt-{i}" for i in range(1, 9)]
 UNSUBSCRIBE_KEY = "unsub-key-1"
@@ -188,3 +196,38 @@ def test_the_one_click_link_of_a_marketing_email_opts_its_user_out(stack: Stack)
     assert stack.marketing("rcpt-1")["email"] is False
     assert stack.marketing("rcpt-2")["email"] is True
     assert stack.marketing("rcpt-1")["sms"] is True  # only marketing email
+
+
+def test_a_twilio_callback_sooner_than_the_senders_record_of_the_send_is_held_and_applied_once(stack: Stack) -> None:
+    """Twilio's callback posted while the sender still waits for the send's answer: the API has no
+    message of that Sid yet; it holds the event (200, ``held`` 1; Twilio would not call again after
+    an error) and applies it once the send is recorded: delivered, in the history, on the status
+    topic; the same callback again changes nothing."""
+    number = address_of("rcpt-2", Channel.SMS)
+    stack.twilio.early[number] = ("delivered", None)
+    try:
+        produce_messages(stack.cfg.kafka.bootstrap_servers, stack.cfg.topics.channel_topic(Channel.SMS, "normal"),
+                         [channel_message(10, channel=Channel.SMS, user="rcpt-2")])
+        wait_until(lambda: any(s.sid in stack.twilio.early_replies for s in stack.twilio.to(number)), 30,
+                   "the SMS to rcpt-2 and its early callback")
+    finally:
+        del stack.twilio.early[number]
+    [sms] = [s for s in stack.twilio.to(number) if s.sid in stack.twilio.early_replies]
+    early = stack.twilio.early_replies[sms.sid]
+    assert early.status_code == 200, early.text
+    assert early.json() == {"events": 1, "held": 1, "receipts": []}
+    stack.wait_status(10, "sms", "delivered")
+    channel = stack.channel(10, "sms")
+    assert [r["status"] for r in channel["receipts"]] == ["delivered"]
+    statuses = [r for r in read_records(stack.cfg.kafka.bootstrap_servers, stack.cfg.senders.status_topic,
+                                        "delivery_status") if r["message_key"] == "k10:sms"]
+    seen = [r["status"] for r in statuses]  # the sender's records (sending, sent), the receipt's change once
+    assert "sent" in seen and seen.count("delivered") == 1, seen
+    again = stack.twilio.callback(sms, "delivered")
+    assert again.json() == {"events": 1, "held": 0, "receipts": [
+        {"message_key": "k10:sms", "status": "delivered", "changed": False}]}
+    store = open_status_store(stack.cfg)
+    try:
+        assert held_count(store.db) == 0
+    finally:
+        store.close()
