@@ -108,7 +108,8 @@ def build_services(cfg: Settings) -> Services:
         # a key pending for longer than two acknowledgement timeouts was abandoned by its writer
         return Terms(int(time.time() * 1000), api.idempotency_ttl_s * 1000, 2 * api.ack_timeout_ms + 5_000)
 
-    tracing = start_tracing(cfg.telemetry.otlp_endpoint, cfg.telemetry.service("api"))
+    tracing = start_tracing(cfg.telemetry.otlp_endpoint, cfg.telemetry.service("api"),
+                            sample_ratio=cfg.telemetry.sample_ratio)
     runner = campaigns.RunnerContext(
         client_config=client,
         requests_topic=cfg.topics.requests,

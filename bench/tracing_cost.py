@@ -43,7 +43,7 @@ def caller_traceparents(n: int) -> list[str]:
     return [f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-01" for _ in range(n)]
 
 
-def api_request(tracing: Tracing, caller: str) -> str | None:
+def api_request(tracing: Tracing, caller: str | None) -> str | None:
     """What ``api.notifications.notify`` adds to one accepted request."""
     if not tracing.on:
         return None
@@ -66,7 +66,7 @@ def job_decision(tracing: Tracing, traceparent: str | None) -> str | None:
 
 def sender_attempt(tracing: Tracing, traceparent: str | None) -> None:
     """What ``senders.runtime.dispatch.Dispatcher`` adds to one attempt and its provider call."""
-    if traceparent is None or not tracing.on:
+    if not tracing.follows(traceparent):  # off, untraced, or a trace not kept (as dispatch.py checks)
         return
     key = "shop/evt-1:sms:1796115600000"
     with tracing.span("send sms", parent=traceparent, attributes={
@@ -80,14 +80,17 @@ def sender_attempt(tracing: Tracing, traceparent: str | None) -> None:
         span.set_attribute(PROVIDER, "gateway")
 
 
-def measure(requests: int, endpoint: str | None) -> dict[str, float]:
-    """CPU microseconds per notification (API, job, senders), the best of three runs of ``requests``."""
-    api = start_tracing(endpoint, "bench-api")
-    job = start_tracing(endpoint, "bench-job")
-    senders = start_tracing(endpoint, "bench-senders")
+def measure(requests: int, endpoint: str | None, sample_ratio: float = 1.0) -> dict[str, float]:
+    """CPU microseconds per notification (API, job, senders), the best of three runs of ``requests``.
+    ``sample_ratio`` below 1: the requests come without a caller's traceparent, so the API's root
+    keeps that share of them and the job and the senders follow its decision."""
+    api = start_tracing(endpoint, "bench-api", sample_ratio=sample_ratio)
+    job = start_tracing(endpoint, "bench-job", sample_ratio=sample_ratio)
+    senders = start_tracing(endpoint, "bench-senders", sample_ratio=sample_ratio)
     best = {"api_us": float("inf"), "job_us": float("inf"), "senders_us": float("inf")}
     for _ in range(3):
-        callers = caller_traceparents(requests)
+        callers: list[str | None] = (list(caller_traceparents(requests)) if sample_ratio >= 1.0
+                                     else [None] * requests)
         parents = []
         t0 = time.process_time()
         for caller in callers:
@@ -115,19 +118,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=1_000, help="per run (three runs); at most the"
                         " exporter's queue (2048 spans) is made faster than it sends")
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
+    parser.add_argument("--sample-ratio", type=float, default=0.01,
+                        help="the third mode's [telemetry] sample_ratio (default 0.01)")
     parser.add_argument("--inner", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.inner is not None:
-        print(json.dumps(measure(args.requests, args.inner or None)))
+        print(json.dumps(measure(args.requests, args.inner or None, args.sample_ratio)))
         return 0
     from harness.local_jaeger import LocalJaeger
 
     results: dict[str, object] = {"requests": args.requests, "command": "python -m bench.tracing_cost "
                                   f"--requests {args.requests}"}
     with tempfile.TemporaryDirectory() as home, LocalJaeger(Path(home)) as jaeger:
-        for mode, endpoint in (("off", ""), ("on", jaeger.otlp_endpoint)):
+        modes = (("off", "", 1.0), ("on", jaeger.otlp_endpoint, 1.0),
+                 (f"on, {args.sample_ratio:g} sampled", jaeger.otlp_endpoint, args.sample_ratio))
+        for mode, endpoint, ratio in modes:
             out = subprocess.run([sys.executable, "-m", "bench.tracing_cost", "--inner", endpoint,
-                                  "--requests", str(args.requests)], check=True, capture_output=True, text=True)
+                                  "--requests", str(args.requests), "--sample-ratio", str(ratio)],
+                                 check=True, capture_output=True, text=True)
             figures = json.loads(out.stdout.strip().splitlines()[-1])
             results[mode] = figures
             print(f"tracing {mode}: API {figures['api_us']:.2f} us CPU per request, job {figures['job_us']:.2f} us"
@@ -136,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"load average {os.getloadavg()[0]:.1f}")
         # what reached Jaeger (a span the exporter's queue had no room for is dropped, not sent)
         results["exported_traces_with_senders_spans"] = len(jaeger.traces("bench-senders", limit=100_000))
-        results["traces_made"] = 3 * args.requests
+        results["traces_made"] = {"on": 3 * args.requests, "sampled_ratio": args.sample_ratio,
+                                  "sampled_of": 3 * args.requests}
     results["load_average"] = os.getloadavg()[0]
     if args.out is not None:
         args.out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")

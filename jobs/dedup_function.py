@@ -162,7 +162,8 @@ class DedupShard(KeyedProcessFunction):  # type: ignore[misc]
         self._levels = {name: _Level(group.counter(name)) for name in DEDUP_LEVELS}
         self._since_levels = 0
         self._levels_at = time.monotonic()
-        self._tracing = start_tracing(self._telemetry.otlp_endpoint, self._telemetry.service("job"))
+        self._tracing = start_tracing(self._telemetry.otlp_endpoint, self._telemetry.service("job"),
+                                      sample_ratio=self._telemetry.sample_ratio)
 
     def close(self) -> None:
         self._tracing.shutdown()

@@ -47,6 +47,11 @@ _TRACEPARENT = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 AttributeValue = str | int | float | bool
 
 
+def sampled(traceparent: str | None) -> bool:
+    """Whether a (valid) traceparent says its trace is kept: the sampled bit of its flags."""
+    return valid_traceparent(traceparent) is not None and bool(int(traceparent[-2:], 16) & 1)  # type: ignore[index]
+
+
 def valid_traceparent(value: str | None) -> str | None:
     """``value`` when it has a traceparent's shape (version 00, lower-case hex, ids not all zero),
     else None: a malformed header starts a new trace rather than failing the request."""
@@ -116,11 +121,18 @@ class Tracing:
         decision). Its context as a traceparent; None when off."""
         if self.tracer is None:
             return None
+        if valid_traceparent(parent) is not None and not sampled(parent):
+            return parent  # a trace not kept: passed on as it came, without the SDK's cost (~30 us)
         from opentelemetry.trace import set_span_in_context
 
         span = self.tracer.start_span(name, context=_context_of(parent), start_time=start_ns, attributes=attributes)
         span.end()
         return _traceparent_of(set_span_in_context(span))
+
+    def follows(self, parent: str | None) -> bool:
+        """Whether work with this parent (a record's traceparent) gets spans: tracing on and the
+        parent's trace kept. An unsampled parent is passed on as it is instead (``record`` does)."""
+        return self.tracer is not None and sampled(parent)
 
     def traceparent(self) -> str | None:
         """The current span's context as a traceparent (None when off or outside a span)."""
@@ -157,9 +169,22 @@ def _context_of(parent: str | None) -> Any:
     return TraceContextTextMapPropagator().extract({"traceparent": parent})
 
 
-def start_tracing(endpoint: str | None, service: str, *, namespace: str = "notify-dedup") -> Tracing:
+def sampler(ratio: float) -> Any:
+    """Head sampling as OpenTelemetry's SDKs do it: a trace's root keeps ``ratio`` of traces (by
+    trace id, so every process of one trace decides alike); a span with a parent follows the
+    parent's sampled flag (a caller's ``traceparent``, the request record's, the channel
+    message's), so a trace is kept whole or not at all. An unsampled span still passes its context on."""
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    return ParentBased(TraceIdRatioBased(ratio))
+
+
+def start_tracing(
+    endpoint: str | None, service: str, *, sample_ratio: float = 1.0, namespace: str = "notify-dedup"
+) -> Tracing:
     """The process's tracing: ``OFF`` when ``endpoint`` is None or empty; else a provider
-    exporting to ``<endpoint>/v1/traces`` (OTLP over HTTP, protobuf) in batches."""
+    exporting to ``<endpoint>/v1/traces`` (OTLP over HTTP, protobuf) in batches, sampling the
+    traces it starts at ``sample_ratio`` (``[telemetry] sample_ratio``)."""
     if not endpoint:
         return OFF
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -167,10 +192,11 @@ def start_tracing(endpoint: str | None, service: str, *, namespace: str = "notif
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    provider = TracerProvider(resource=Resource.create({"service.name": service, "service.namespace": namespace}))
+    provider = TracerProvider(resource=Resource.create({"service.name": service, "service.namespace": namespace}),
+                              sampler=sampler(sample_ratio))
     provider.add_span_processor(
         BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces"), schedule_delay_millis=500)
     )
-    logger.info("traces of %s are exported over OTLP/HTTP ([telemetry] otlp_endpoint)", service)
+    logger.info("traces of %s are exported over OTLP/HTTP ([telemetry] otlp_endpoint), %g of those it starts",
+                service, sample_ratio)
     return Tracing(provider.get_tracer("notify-dedup"), provider)
-

@@ -14,10 +14,20 @@ class TelemetrySettings(Section):
         an OpenTelemetry Collector's), traces are posted to ``<it>/v1/traces``; unset (the default,
         or ``DEDUP_TELEMETRY_OTLP_ENDPOINT=``): no traces, and nothing of OpenTelemetry is loaded
     :param service_prefix: the services are ``<prefix>-api``, ``<prefix>-job``, ``<prefix>-senders``
+    :param sample_ratio: the share of the traces a process starts that are kept (by trace id, 0 to 1);
+        a span with a parent (the caller's ``traceparent``, a record's) follows its parent's decision
     """
 
     otlp_endpoint: OptionalStr = None
     service_prefix: str = "notify-dedup"
+    sample_ratio: float = 1.0
+
+    @field_validator("sample_ratio")
+    @classmethod
+    def _ratio(cls, value: float) -> float:
+        if not 0.0 <= value <= 1.0:
+            raise ValueError("a share of traces: 0 to 1 (1: every trace, 0.01: one in a hundred)")
+        return value
 
     @field_validator("otlp_endpoint")
     @classmethod

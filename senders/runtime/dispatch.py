@@ -193,7 +193,7 @@ class Dispatcher:
     ) -> AttemptResult:
         """One attempt (see ``_seated_send``); with traces on and a message that carries a trace context,
         in a span of the message's trace (its provider calls are its children)."""
-        if delivery.traceparent is None or not self._tracing.on:
+        if not self._tracing.follows(delivery.traceparent):  # off, untraced, or a trace not kept
             return await self._seated_send(delivery, to, message, budget_s, promised=promised)
         attributes: dict[str, AttributeValue] = {
             MESSAGE_KEY: delivery.message_key, NOTIFICATION_ID: delivery.notification_id,
@@ -333,7 +333,7 @@ class Dispatcher:
                 AttemptOutcome.TRANSIENT,
                 f"no time left in the claim's lease for a call to {provider.name} (rate limit)",
             )
-        if delivery.traceparent is None or not self._tracing.on:
+        if not self._tracing.follows(delivery.traceparent):
             return await self._provider_call(provider, delivery, to, message)
         attributes: dict[str, AttributeValue] = {
             MESSAGE_KEY: delivery.message_key, PROVIDER: provider.name, CHANNEL: self.channel.value,

@@ -384,7 +384,8 @@ def build_pool(
     replaces the rules' and the handlers' clock (a test, or a demo at night somewhere)."""
     s = cfg.senders
     metrics = metrics if metrics is not None else Metrics()
-    tracing = start_tracing(cfg.telemetry.otlp_endpoint, cfg.telemetry.service("senders"))
+    tracing = start_tracing(cfg.telemetry.otlp_endpoint, cfg.telemetry.service("senders"),
+                            sample_ratio=cfg.telemetry.sample_ratio)
     dispatchers = build_dispatchers(cfg, channels, metrics, providers, len(lanes) * workers_per_lane, tracing)
     check_lease(s.lease_ms, _send_deadlines(dispatchers.values()))
     rules = rules_context(cfg, catalog)

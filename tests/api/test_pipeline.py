@@ -377,3 +377,23 @@ def test_a_campaign_batch_is_the_parent_of_its_requests_decisions(pipeline: Pipe
                 if m["notification_id"].startswith(f"{cid}-")]
     assert sorted((m["notification_id"], m["traceparent"]) for m in messages) == sorted(
         (nid, f"00-{trace_id}-{span['spanID']}-{flags}") for nid, span in decisions.items())
+
+
+def test_a_callers_trace_that_is_not_kept_is_passed_on_as_it_came(pipeline: Pipeline) -> None:
+    """The caller's traceparent with its sampled bit off: no span anywhere, and the request record
+    and the channel message carry the caller's context unchanged (a hop that does not record)."""
+    p = pipeline
+    unsampled = f"00-{uuid.uuid4().hex}-{CALLER_SPAN}-00"
+    body = {"user_id": "bruno", "template": "order_shipped", "params": {"order": "TR-5512"}, "channels": ["sms"]}
+    reply = p.client().post("/v1/notifications", json=body, headers={
+        "Idempotency-Key": "evt-unsampled", "traceparent": unsampled})
+    assert reply.status_code == 202, reply.text
+    nid = reply.json()["id"]
+    wait_until(lambda: p.status(nid)["channels"]["sms"]["status"] == "sent", 60, lambda: str(p.status(nid)))
+    [request] = [r for r in p.requests() if r["notification_id"] == nid]
+    [message] = [m for m in read_records(p.bootstrap, p.cfg.topics.sms, "channel_message")
+                 if m["notification_id"] == nid]
+    assert request["traceparent"] == message["traceparent"] == unsampled
+    message_key = p.status(nid)["channels"]["sms"]["message_key"]
+    time.sleep(2)  # each process exports within 0.5 s: anything recorded would be in Jaeger by now
+    assert p.jaeger.traces(p.cfg.telemetry.service("senders"), {"message.key": message_key}) == []

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from operators.errors import ConfigError
-from operators.tracing import OFF, Tracing, start_tracing, valid_traceparent
+from operators.tracing import OFF, Tracing, sampled, sampler, start_tracing, valid_traceparent
 from settings import Settings, load_settings
 
 PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -117,3 +117,39 @@ def test_a_recorded_span_with_a_malformed_parent_starts_a_trace_of_its_own() -> 
     assert span.parent is None
     assert valid_traceparent(carried) == carried
     assert (carried[3:35], carried[36:52]) == (f"{span.context.trace_id:032x}", f"{span.context.span_id:016x}")
+
+
+def with_ratio(ratio: float) -> tuple[Tracing, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=sampler(ratio))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return Tracing(provider.get_tracer("test"), provider), exporter
+
+
+def test_a_root_is_kept_at_the_ratio_and_a_child_follows_its_parents_decision() -> None:
+    none, dropped = with_ratio(0.0)
+    with none.span("root", parent=None):
+        unsampled = none.traceparent()
+    with none.span("caller's", parent=PARENT):  # the caller sampled it: kept whatever the ratio
+        pass
+    assert unsampled is not None and not int(unsampled[-2:], 16) & 1  # the context travels, its sampled bit off
+    [kept] = dropped.get_finished_spans()
+    assert kept.name == "caller's"
+    every, exported = with_ratio(1.0)
+    with every.span("downstream", parent=unsampled):  # a record carrying an unsampled context
+        carried = every.traceparent()
+    assert exported.get_finished_spans() == () and carried is not None and not int(carried[-2:], 16) & 1
+    assert carried[3:35] == unsampled[3:35]
+    # the job's decision of a trace not kept: the parent passed on as it came, no span made
+    assert every.record("decision", parent=unsampled, start_ns=time.time_ns()) == unsampled
+    assert exported.get_finished_spans() == ()
+    assert not every.follows(unsampled) and every.follows(PARENT) and not every.follows(None)
+    assert not OFF.follows(PARENT)
+    assert sampled(PARENT) and not sampled(PARENT[:-2] + "00") and sampled(PARENT[:-2] + "03")
+    assert not sampled(None) and not sampled("garbage")
+
+
+def test_the_ratio_is_a_share() -> None:
+    with pytest.raises(ConfigError, match="sample_ratio"):
+        load_settings(None, env={"DEDUP_TELEMETRY_SAMPLE_RATIO": "1.5"})
+    assert load_settings(None, env={"DEDUP_TELEMETRY_SAMPLE_RATIO": "0.01"}).telemetry.sample_ratio == 0.01
