@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import email.policy
 import hashlib
 import ssl
 import time
-from email.headerregistry import BaseHeader, HeaderRegistry, UnstructuredHeader
-from email.message import EmailMessage
-from email.policy import Policy
 
 import aiosmtplib
 from pydantic import SecretStr
@@ -19,6 +15,7 @@ from operators.records import Category
 from senders.errors import ProviderPermanentError, ProviderRetryableError
 from senders.policy import unsubscribe
 from senders.policy.recipients import RecipientRules
+from senders.providers import mime
 from senders.providers.base import Provider
 from senders.providers.tls import tls_context
 from senders.runtime.metrics import Metrics
@@ -45,28 +42,6 @@ def message_id(message_key: str) -> str:
     """A Message-ID stable across attempts, so a mailbox can drop a repeated delivery."""
     return f"<{hashlib.sha256(message_key.encode()).hexdigest()[:32]}@notify-dedup>"
 
-
-#: the longest header line SMTP carries (RFC 5321), CRLF excluded
-MAX_LINE = 998
-
-
-class _OneLineHeader(UnstructuredHeader, BaseHeader):
-    """A header written as given, on one line: folded, a long ``<https://...>`` without spaces
-    would become RFC 2047 encoded words, which no mail client reads as a URL. (Longer than a
-    line may be: folded as any other.)"""
-
-    def fold(self, *, policy: Policy) -> str:
-        line = f"{self.name}: {self}"
-        if len(line) > MAX_LINE:
-            return super().fold(policy=policy)
-        return line + str(policy.linesep)
-
-
-_HEADERS = HeaderRegistry()
-for _name in unsubscribe.headers("http://x", b"k", "u"):
-    _HEADERS.map_to_type(_name.lower(), _OneLineHeader)
-#: the messages' policy: the default, but the unsubscribe headers on one line each
-MESSAGE_POLICY = email.policy.default.clone(header_factory=_HEADERS)
 
 #: an idle connection older than this is closed rather than used (relays drop idle sessions)
 IDLE_S = 10.0
@@ -148,6 +123,10 @@ class SmtpProvider(Provider):
         self.host = host
         self.port = port
         self.sender = sender
+        try:
+            self._from = mime.mailbox("From", sender)
+        except ValueError as exc:
+            raise ConfigError(f"provider {name}: the sender is not an email address: {exc}") from None
         self.timeout_s: float = timeout_s
         self._timeout_s = timeout_s
         self._pool_size = pool_size
@@ -163,25 +142,27 @@ class SmtpProvider(Provider):
         self._password = password
         self._unsubscribe = (unsubscribe_url, unsubscribe_key) if unsubscribe_url and unsubscribe_key else None
 
-    def _message(self, to: str, message_key: str, message: Rendered) -> EmailMessage:
-        """multipart/alternative: the plain text, then the HTML."""
+    def _message(self, to: str, message_key: str, message: Rendered) -> tuple[bytes, mime.Mailbox]:
+        """The message's bytes (multipart/alternative: the plain text, then the HTML) and its
+        recipient."""
         content = message.content
         if not isinstance(content, EmailContent):
             raise ProviderPermanentError(self.name, f"not an email: {message.channel}", deactivate_address=False)
-        msg = EmailMessage(policy=MESSAGE_POLICY)
-        msg["From"] = self.sender
-        msg["To"] = to
-        msg["Subject"] = content.subject
-        msg["Message-ID"] = message_id(message_key)
-        msg["X-Notify-Message-Key"] = message_key
+        rcpt = mime.mailbox("To", to)
+        headers = [
+            self._from.header,
+            rcpt.header,
+            mime.subject(content.subject),
+            mime.date(int(time.time())),
+            mime.header("Message-ID", message_id(message_key)),
+            mime.header("X-Notify-Message-Key", message_key),
+        ]
         user = message.context.user_id
         if self._unsubscribe is not None and message.context.kind is Category.MARKETING and user:
-            for header, value in unsubscribe.headers(*self._unsubscribe, user).items():
-                msg[header] = value
-        msg.set_content(content.text)
-        msg.add_alternative(content.html, subtype="html")
-        msg["Content-Language"] = message.locale  # after the content: set_content drops every Content-* header
-        return msg
+            links = unsubscribe.headers(*self._unsubscribe, user)
+            headers += (mime.header(name, value) for name, value in links.items())
+        headers.append(mime.header("Content-Language", message.locale))
+        return mime.alternative(headers, content.text, content.html), rcpt
 
     def _pool(self) -> asyncio.Semaphore:
         loop = asyncio.get_running_loop()
@@ -239,12 +220,13 @@ class SmtpProvider(Provider):
         return await self._connect()
 
     async def _try_send(self, *, to: str, message_key: str, message: Rendered) -> str | None:
-        msg = self._message(to, message_key, message)
+        data, rcpt = self._message(to, message_key, message)
+        options = ["SMTPUTF8"] if rcpt.utf8 or self._from.utf8 else []  # refused where not offered
         async with self._pool():
             smtp: aiosmtplib.SMTP | None = None
             try:
                 smtp = await self._session()
-                await smtp.send_message(msg)
+                await smtp.sendmail(self._from.addresses[0], list(rcpt.addresses), data, mail_options=options)
             except BaseException as exc:
                 if smtp is not None:
                     if _refused_by_reply(exc) and smtp.is_connected:
@@ -254,7 +236,7 @@ class SmtpProvider(Provider):
                 self._raise(exc)
                 raise
             self._idle.append((smtp, time.monotonic(), False))
-        return msg["Message-ID"]
+        return message_id(message_key)
 
     def _raise(self, exc: BaseException) -> None:
         """A library error as the provider's; returns for what is not one (a cancellation)."""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import email.policy
 import socket
+import time
 from collections.abc import Iterator
 from email import message_from_bytes
 from typing import Any
@@ -129,6 +131,8 @@ def test_other_4xx_are_permanent(server: FakeHttpProvider, to: str, status: int,
 class _Handler:
     def __init__(self) -> None:
         self.messages: list[tuple[list[str], bytes]] = []
+        #: MAIL FROM and its options, per message
+        self.envelopes: list[tuple[str, list[str]]] = []
 
     async def handle_RCPT(self, server: Any, session: Any, envelope: Any, address: str, options: Any) -> str:  # noqa: N802
         if address.startswith("nobody@"):
@@ -140,18 +144,28 @@ class _Handler:
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802
         self.messages.append((list(envelope.rcpt_tos), envelope.content))
+        self.envelopes.append((envelope.mail_from, list(envelope.mail_options)))
         return "250 Message accepted"
 
 
-@pytest.fixture
-def smtp_server() -> Iterator[tuple[_Handler, int]]:
+
+@contextlib.contextmanager
+def _relay() -> Iterator[tuple[_Handler, int]]:
     from aiosmtpd.controller import Controller
 
     handler = _Handler()
     controller = Controller(handler, hostname="127.0.0.1", port=_closed_port())
     controller.start()
-    yield handler, controller.port
-    controller.stop()
+    try:
+        yield handler, controller.port
+    finally:
+        controller.stop()
+
+
+@pytest.fixture
+def smtp_server() -> Iterator[tuple[_Handler, int]]:
+    with _relay() as relay:
+        yield relay
 
 
 def _smtp(port: int) -> SmtpProvider:
@@ -181,6 +195,47 @@ def test_smtp_sends_the_rendered_message_as_text_and_html_parts(smtp_server: tup
     assert text.get_content().replace("\r\n", "\n").strip() == message.content.text.strip()  # type: ignore[union-attr]
     assert "<1001> & co" in text.get_content()  # the plain text takes the parameter as it is
     assert "&lt;1001&gt; &amp; co" in html.get_content() and "<1001>" not in html.get_content()  # escaped
+
+
+def test_smtp_sends_each_header_once_and_the_bengali_parts_in_lines_smtp_carries(
+    smtp_server: tuple[_Handler, int],
+) -> None:
+    handler, port = smtp_server
+    order = "১০০১ " * 300  # a parameter that makes a body line longer than SMTP carries (998)
+    message = _rendered("order_shipped", Channel.EMAIL, {"order": order}, locale="bn")
+    provider = SmtpProvider(name="smtp", host="127.0.0.1", port=port, sender="Shop <noreply@example.com>",
+                            timeout_s=2.0)
+    before = int(time.time())
+    send_now(provider, to="ann@example.com", message_key="dk6:email", message=message)
+    [(rcpts, content)] = handler.messages
+    [(mail_from, options)] = handler.envelopes
+    assert (rcpts, mail_from) == (["ann@example.com"], "noreply@example.com")
+    assert [o for o in options if not o.startswith("SIZE=")] == []  # 7-bit: no BODY=8BITMIME, no SMTPUTF8
+    content.decode("ascii")
+    assert max(len(line) for line in content.split(b"\r\n")) <= 998
+    msg = message_from_bytes(content, policy=email.policy.default)
+    assert not msg.defects
+    expected = {"From": "Shop <noreply@example.com>", "To": "ann@example.com", "Subject": message.content.subject,  # type: ignore[union-attr]
+                "Message-ID": message_id("dk6:email"), "X-Notify-Message-Key": "dk6:email", "MIME-Version": "1.0",
+                "Content-Language": "bn"}
+    assert {name: msg[name] for name in expected} == expected
+    assert before <= msg["Date"].datetime.timestamp() <= time.time()
+    assert sorted(msg.keys()) == sorted([*expected, "Date", "Content-Type"])  # each once, nothing else
+    text, html = msg.iter_parts()
+    for part, rendered in ((text, message.content.text), (html, message.content.html)):  # type: ignore[union-attr]
+        assert part.get_content_charset() == "utf-8"
+        assert part.get_content().replace("\r\n", "\n") == rendered.rstrip("\n") + "\n"  # one line break at the end
+
+
+def test_a_non_ascii_recipient_goes_with_smtputf8() -> None:
+    """(aiosmtplib refuses it where the relay does not offer SMTPUTF8; aiosmtpd always does.)"""
+    message = _rendered("order_shipped", Channel.EMAIL, {"order": "1001"}, locale="bn")
+    with _relay() as (handler, port):
+        send_now(_smtp(port), to="অনু@example.com", message_key="dk7:email", message=message)
+    [(rcpts, content)] = handler.messages
+    assert rcpts == ["অনু@example.com"] and "SMTPUTF8" in handler.envelopes[0][1]
+    msg = message_from_bytes(content, policy=email.policy.default)
+    assert msg["To"] == "অনু@example.com" and msg["Subject"] == message.content.subject  # type: ignore[union-attr]
 
 
 def test_smtp_says_the_messages_language(smtp_server: tuple[_Handler, int]) -> None:
