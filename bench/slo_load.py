@@ -100,6 +100,10 @@ async def _worker(conn: Connection, queue: asyncio.Queue[Item | None], out: list
             except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError, IndexError):
                 conn.close()
                 status, answer = 0, b""
+            except asyncio.CancelledError:  # the phase is over and this one still unanswered: an error
+                out.append([stream, kind, key, round(due + offset, 6), round((time.perf_counter() - due) * 1000, 3),
+                            0, None])
+                raise
             out.append([stream, kind, key, round(due + offset, 6), round((time.perf_counter() - due) * 1000, 3),
                         status, _dedup_key(status, answer)])
     finally:
@@ -150,6 +154,7 @@ async def load(url: str, token: str, args: argparse.Namespace) -> list[list[Any]
                         None])
     for task in late:
         task.cancel()
+    await asyncio.gather(*late, return_exceptions=True)
     return out
 
 

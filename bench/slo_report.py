@@ -196,6 +196,13 @@ def markdown(result: Mapping[str, Any]) -> str:
             rate, held, done = "-", "-", "-"
         lines.append(f"| {p['name']} | {done} | {rate} | {held} | **{p['repeated_provider_keys']}** |"
                      f" {p['settle_s']:.0f} s{'' if p['settled'] else ' (bound)'} | {'; '.join(p['notes']) or ''} |")
+    names = ("accept_202", "kafka_ack", "loop_lag", "store_queue", "store_call")
+    lines += ["", "What the API's /metrics saw over the phase's load (ms, p50 / p99 from the histograms' buckets):",
+              "", "| phase | " + " | ".join(names) + " |", "|---|" + "--:|" * len(names)]
+    for p in result["phases"]:
+        h = p.get("api_metrics", {})
+        lines.append(f"| {p['name']} | " + " | ".join(
+            f"{_ms(h[n].get('p50'))} / {_ms(h[n].get('p99'))}" if n in h else "n/a" for n in names) + " |")
     groups = list(result["phases"][0]["cpu_cores"]) if result["phases"] else []
     lines += ["", "CPU of each service from the phase's first request until its messages were delivered"
               f" (cores; the machine has {m['nproc']}):", "",
