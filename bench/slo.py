@@ -85,6 +85,7 @@ class Plan:
     checkpoint_ms: int | None = None
     stub_latency_ms: int = 200
     api_processes: int = 1
+    connections: int = 64
     store: str = "sqlite"
     partitions: int = 4
     order_channels: tuple[str, ...] = ("push",)
@@ -216,7 +217,7 @@ class Slo:
         gen = subprocess.Popen(
             [sys.executable, "-m", "bench.slo_load", s.url, str(out), "--run", f"{self.uid}-{phase}", *stream_args,
              "--seconds", str(seconds), "--users", str(self.plan.users), "--code-offset", str(self.code_offset),
-             "--order-channels", ",".join(self.plan.order_channels)],
+             "--order-channels", ",".join(self.plan.order_channels), "--connections", str(self.plan.connections)],
             cwd=REPO_ROOT, env={**os.environ, "BENCH_API_TOKEN": s.token},
         )
         self.sampler.watch("generator", gen.pid)
@@ -505,6 +506,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint-ms", type=int, help="flink.checkpoint_interval_ms (default: the setting's)")
     parser.add_argument("--stub-latency-ms", type=int, help="the providers' answer time (200)")
     parser.add_argument("--api-processes", type=int, help="dedupctl api run --processes (1)")
+    parser.add_argument("--connections", type=int, help="the load generator's keep-alive connections (64)")
     parser.add_argument("--store", choices=("sqlite", "postgresql"), help="the API's and senders' store (sqlite)")
     parser.add_argument("--label", help="named into the result files: slo-<date>-<label>.json")
     parser.add_argument("--out", default=str(REPO_ROOT / "bench" / "results"))
@@ -515,7 +517,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.accept_rates:
         changes["accept_rates"] = tuple(float(r) for r in args.accept_rates.split(",") if r)
     for name in ("accept_s", "users", "campaign_rate", "flood_s", "code_rate", "order_rate", "settle_bound_s",
-                 "brokers", "checkpoint_ms", "stub_latency_ms", "api_processes", "store", "label"):
+                 "brokers", "checkpoint_ms", "stub_latency_ms", "api_processes", "connections", "store",
+                 "label"):
         if getattr(args, name) is not None:
             changes[name] = getattr(args, name)
     if args.broker_kill:
