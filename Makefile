@@ -11,7 +11,7 @@ JAVA_SOURCES := $(shell find connector/src/main -name '*.java' 2>/dev/null)
 # the contract is packaged into the connector jar
 CONTRACT := $(wildcard schemas/*)
 
-.PHONY: all setup system-packages venv jars jaeger demo test test-fast test-java lint typecheck chaos chaos-brokers clean kafka-start kafka-stop bench bench-full
+.PHONY: all setup system-packages venv jars jaeger demo test test-fast test-java lint typecheck chaos chaos-brokers clean kafka-start kafka-stop bench bench-full bench-slo
 
 all: test
 
@@ -121,3 +121,10 @@ bench: setup $(BENCH_STAMP)
 bench-full: setup $(BENCH_STAMP)
 	$(BIN)/python -m bench.run
 	$(BIN)/python -m bench.senders --full
+	$(MAKE) bench-slo
+
+# The service levels end to end (issue 22, bench/README.md): broker, job, senders, API as dedupctl
+# runs them, provider stubs at 200 ms; accept latency at 1,000 and 2,000/s, one-time codes and order
+# updates beside a 100,000-user campaign, lost requests and repeated provider calls.
+bench-slo: setup $(BENCH_STAMP)
+	$(BIN)/python -m bench.slo --full

@@ -42,6 +42,10 @@ class Connection:
         self.writer: asyncio.StreamWriter | None = None
 
     async def request(self, head: bytes, body: bytes) -> int:
+        return (await self.exchange(head, body))[0]
+
+    async def exchange(self, head: bytes, body: bytes) -> tuple[int, bytes]:
+        """One request on the connection: the answer's status and body."""
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         assert self.reader is not None
@@ -56,8 +60,7 @@ class Connection:
             name, _, value = line.decode("latin-1").partition(":")
             if name.lower() == "content-length":
                 length = int(value.strip())
-        await self.reader.readexactly(length)
-        return status
+        return status, await self.reader.readexactly(length)
 
     def close(self) -> None:
         if self.writer is not None:

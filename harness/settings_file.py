@@ -36,7 +36,7 @@ def _table(header: str, part: BaseModel, lines: list[str]) -> None:
 def write_settings(cfg: Settings, path: Path) -> Path:
     """Every section of ``cfg`` as a TOML file, for ``dedupctl --config`` (secrets in the clear)."""
     lines: list[str] = [f"data_dir = {json.dumps(cfg.data_dir)}"]
-    for section in ("kafka", "topics", "dedup", "senders", "api", "telemetry"):
+    for section in ("kafka", "topics", "dedup", "flink", "senders", "api", "telemetry"):
         part = getattr(cfg, section)
         if section == "topics":
             lines.append(f"[{section}]")

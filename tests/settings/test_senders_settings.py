@@ -156,8 +156,12 @@ def test_a_settings_file_written_for_a_process_keeps_the_tables(tmp_path: Path) 
     from harness.settings_file import write_settings
 
     cfg = load_settings(env={"DEDUP_SENDERS_FCM_PROJECT_ID": "p", "DEDUP_SENDERS_FCM_SERVICE_ACCOUNT_JSON": "{}",
-                             "DEDUP_SENDERS_APNS_TOPIC": "com.example.app", "DEDUP_SENDERS_PUSH_PRIMARY": "apns"})
+                             "DEDUP_SENDERS_APNS_TOPIC": "com.example.app", "DEDUP_SENDERS_PUSH_PRIMARY": "apns",
+                             "DEDUP_FLINK_REST_PORT": "18081", "DEDUP_FLINK_CHECKPOINT_DIR": str(tmp_path / "cp")})
     again = load_settings(write_settings(cfg, tmp_path / "s.toml"), env={})
     assert again.senders == cfg.senders
+    # the job's section too: a job started from the file takes its REST port and checkpoints
+    assert again.flink == cfg.flink
+    assert (again.flink.rest_port, again.flink.checkpoint_dir) == (18081, str(tmp_path / "cp"))
     assert again.senders.fcm.service_account_json is not None
     assert again.senders.fcm.service_account_json.get_secret_value() == "{}"

@@ -1,0 +1,533 @@
+"""The product's service levels end to end: ``python -m bench.slo [--quick|--full] [--broker-kill]``
+(``make bench-slo``; issue 22, bench/README.md).
+
+Every service in its own process, as ``dedupctl`` runs them, from one settings file: a local
+broker (or three: ``--brokers 3``), the dedup job (``dedupctl run``), ``dedupctl senders run``
+(push and SMS, both lanes) with each channel's provider a local stub answering after 200 ms
+(bench/stubs/), and the API (``dedupctl api run``); users imported with ``dedupctl users
+import``. Then, after a warm-up that goes through the whole pipeline:
+
+1. **accept**: open-loop load (``bench.slo_load``, timed from when each request was due) at each
+   ``--accept-rates`` for ``--accept-s``: order updates, one-time codes and repeats of an
+   Idempotency-Key; accept p50/p99/max and errors; then the pipeline is left to deliver it all;
+2. **flood**: a campaign (``POST /v1/campaigns``, ``eid_sale``, ``--users`` users at
+   ``--campaign-rate``) and, once it is delivering, one-time codes at ``--code-rate`` (priority
+   high) and order updates at ``--order-rate`` through ``POST /v1/notifications`` for ``--flood-s``;
+3. **flood with a broker kill** (``--broker-kill``, three brokers): the same with other users,
+   the node leading most of the requests topic's partitions SIGKILLed halfway through and
+   started again.
+
+For every request answered 202: API call (when it was due) -> provider stub, per kind; and what
+became of it (delivered, dead-lettered, skipped by a rule, or lost: none of those), read from the
+stubs and the senders' status topic (read_committed); provider calls with a repeated message key;
+the campaign's deliveries per second; the CPU of each service over each phase. Results:
+``bench/results/slo-<date>[-<label>].json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from bench import slo_report as report
+from bench.measure import ProcSampler, git_info, machine_info
+from bench.slo_load import codes_in
+from bench.stubs.process import StubProcess, raise_fd_limit
+from bench.systems import Proc
+from settings import REPO_ROOT, Settings
+
+CALLER = "bench"
+PROGRESS_S = 5.0
+#: rate -> accept p99 it must stay under (ms), the issue's targets
+ACCEPT_TARGETS_MS = {1000.0: 50.0, 2000.0: 100.0}
+#: kind -> API call -> provider p99 it must stay within during the flood (ms)
+DELIVERY_TARGETS_MS = {"code": 2000.0, "order": 10_000.0}
+#: what the API saw of a phase (its /metrics, ms): accept, Kafka ack, loop lag, the store
+API_HISTOGRAMS = ("accept_202", "kafka_ack", "loop_lag", "store_queue", "store_call")
+GROUPS = ("broker", "job", "senders", "api", "stub", "generator")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """:param accept_rates: requests/s of the accept phases, ``accept_s`` seconds each
+    :param users: the campaign's users (each phase of a flood its own)
+    :param campaign_rate: the campaign's rate (requests/s the API writes)
+    :param flood_s: how long codes and order updates are sent during a flood
+    :param settle_bound_s: how long after a phase its deliveries are waited for at most
+    :param checkpoint_ms: ``flink.checkpoint_interval_ms`` (None: the setting's default)"""
+
+    mode: str
+    accept_rates: tuple[float, ...]
+    accept_s: float
+    users: int
+    campaign_rate: float
+    flood_s: float
+    settle_bound_s: float
+    code_rate: float = 20.0
+    order_rate: float = 200.0
+    warmup_s: float = 5.0
+    brokers: int = 1
+    broker_kill: bool = False
+    checkpoint_ms: int | None = None
+    stub_latency_ms: int = 200
+    api_processes: int = 1
+    connections: int = 64
+    store: str = "sqlite"
+    partitions: int = 4
+    order_channels: tuple[str, ...] = ("push",)
+    campaign_channels: tuple[str, ...] = ("push",)
+    label: str = ""
+
+
+QUICK = Plan("quick", (1000.0, 2000.0), 20.0, users=20_000, campaign_rate=2000.0, flood_s=20.0, settle_bound_s=180.0)
+FULL = Plan("full", (1000.0, 2000.0), 60.0, users=100_000, campaign_rate=2000.0, flood_s=120.0,
+            settle_bound_s=900.0)
+
+
+@dataclass
+class Services:
+    cfg: Settings
+    config: Path
+    url: str
+    token: str
+    stub: StubProcess
+    procs: dict[str, Proc]
+
+
+class Slo:
+    def __init__(self, plan: Plan, work: Path) -> None:
+        self.plan = plan
+        self.work = work
+        self.uid = uuid.uuid4().hex[:6]
+        self.sampler = ProcSampler(interval_s=0.25)
+        self.sampler.start()
+        self.records: dict[str, list[list[Any]]] = {}  # phase -> the generator's records
+        self.campaigns: dict[str, tuple[str, int, int, float]] = {}  # phase -> (id, first user, users, created)
+        self.code_offset = 0
+        self.expected_at_stub: dict[str, int] = {}  # channel -> messages expected so far
+        self.imports: dict[str, Any] = {}
+        self.procs: dict[str, Proc] = {}  # the services started, stopped at the end whatever happens
+
+    # -- the services -------------------------------------------------------------------------
+
+    def start(self, cluster: Any, stub: StubProcess, store_location: str) -> Services:
+        from api.callers import Caller
+        from api.scopes import Scope
+        from api.tables import prepare
+        from api.tokens import create_caller
+        from harness.chaos import wait_running
+        from harness.ports import free_port
+        from harness.settings_file import write_settings
+        from operators.records import Category, Channel
+        from ops import kafka_io
+        from ops.flink_rest import RestClient
+        from senders.profiles.crypto import generate_key
+        from senders.runtime.pool import ensure_topics, open_status_store
+
+        plan = self.plan
+        origin = f"http://127.0.0.1:{stub.port}"
+        flink: dict[str, Any] = {"checkpoint_dir": str(self.work / "checkpoints"), "rest_port": free_port(),
+                                 "transactional_id_prefix": f"slo{self.uid}"}
+        if plan.checkpoint_ms is not None:
+            flink["checkpoint_interval_ms"] = plan.checkpoint_ms
+        cfg = Settings(data_dir=str(self.work)).with_overrides(
+            kafka={"bootstrap_servers": cluster.bootstrap, "partitions": plan.partitions},
+            flink=flink,
+            senders={"status_store": store_location, "push_primary": f"{origin}/push",
+                     "sms_primary": f"{origin}/sms", "push_rate_per_sec": 1e6, "sms_rate_per_sec": 1e6,
+                     "rate_burst": 100_000, "contact_encryption_keys": generate_key(),
+                     "contact_lookup_keys": generate_key(), "metrics_log_interval_s": 0},
+            api={"port": free_port(), "default_rate_per_sec": 1e6, "processes": plan.api_processes},
+        )
+        kafka_io.ensure_topics(cfg.kafka, cfg.topics.all(), plan.partitions)
+        ensure_topics(cfg, [Channel.PUSH, Channel.SMS])
+        config = write_settings(cfg, self.work / "slo.toml")
+        store = open_status_store(cfg)
+        prepare(store.db)
+        token = create_caller(store.db, Caller(CALLER, frozenset({Scope.SEND, Scope.CAMPAIGNS, Scope.STATUS_READ}),
+                                               frozenset({Category.TRANSACTIONAL, Category.MARKETING})),
+                              int(time.time() * 1000))
+        store.close()
+        self._import_users(config)
+        procs = self.procs
+        say("starting the job (dedupctl run), the senders (dedupctl senders run), the API (dedupctl api run)")
+        procs["job"] = self._proc("job", config, ["run", "--fresh"])
+        procs["senders"] = self._proc("senders", config, ["senders", "run", "--channel", "push", "--channel", "sms",
+                                                         "--metrics-port", str(free_port())],
+                                      {"DEDUP_SENDERS_INSTANCE_ID": f"slo{self.uid}"})
+        procs["api"] = self._proc("api", config, ["api", "run"])
+        url = f"http://127.0.0.1:{cfg.api.port}"
+        from bench.api import _wait_ready
+
+        _wait_ready(url, procs["api"].popen, procs["api"].log, timeout_s=180)
+        wait_running(RestClient(f"http://127.0.0.1:{cfg.flink.rest_port}"), timeout_s=300)
+        for node in cluster.nodes:
+            pid = node.pid()
+            if pid:
+                self.sampler.watch("broker", pid)
+        self.sampler.watch("stub", stub.pid)
+        return Services(cfg, config, url, token, stub, procs)
+
+    def _proc(self, name: str, config: Path, args: list[str], env: dict[str, str] | None = None) -> Proc:
+        proc = Proc(name, [sys.executable, "-m", "dedupctl.cli", "--config", str(config), *args],
+                    self.work / f"{name}.log", env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+        self.sampler.watch(name, proc.pid)
+        return proc
+
+    def _import_users(self, config: Path) -> None:
+        from bench.senders_load import write_profiles
+
+        plan = self.plan
+        campaign_users = plan.users * (2 if plan.broker_kill else 1)
+        codes = codes_in("mix", int(plan.warmup_s * 50)) + sum(codes_in("mix", int(r * plan.accept_s))
+                                                                for r in plan.accept_rates)
+        codes += codes_in("code", int(plan.code_rate * plan.flood_s)) * (2 if plan.broker_kill else 1)
+        path = write_profiles(self.work / "profiles.jsonl", campaign_users, codes)
+        say(f"importing {campaign_users + codes:,} users (dedupctl users import)")
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "dedupctl.cli", "--config", str(config), "users", "import",
+                               str(path), "--progress-seconds", "0", "--progress-every", "0"],
+                              cwd=REPO_ROOT, capture_output=True, text=True, timeout=7200)
+        if done.returncode != 0:
+            raise RuntimeError(f"users import failed ({done.returncode}): {done.stderr[-1500:]}")
+        seconds = time.monotonic() - started
+        self.imports = {"profiles": campaign_users + codes, "seconds": round(seconds, 1),
+                        "profiles_per_s": round((campaign_users + codes) / seconds, 1)}
+
+    # -- load ---------------------------------------------------------------------------------
+
+    def generate(self, s: Services, phase: str, streams: Sequence[tuple[str, float]], seconds: float) -> None:
+        """The generator, in a process of its own, for ``seconds``; its records kept by phase."""
+        out = self.work / f"load-{phase}.jsonl"
+        stream_args = [a for kind, rate in streams for a in ("--stream", f"{kind}:{rate:g}")]
+        gen = subprocess.Popen(
+            [sys.executable, "-m", "bench.slo_load", s.url, str(out), "--run", f"{self.uid}-{phase}", *stream_args,
+             "--seconds", str(seconds), "--users", str(self.plan.users), "--code-offset", str(self.code_offset),
+             "--order-channels", ",".join(self.plan.order_channels), "--connections", str(self.plan.connections)],
+            cwd=REPO_ROOT, env={**os.environ, "BENCH_API_TOKEN": s.token},
+        )
+        self.sampler.watch("generator", gen.pid)
+        try:
+            code = gen.wait(timeout=seconds * 3 + 120)
+        finally:
+            if gen.poll() is None:
+                gen.kill()
+                gen.wait()
+        if code != 0:
+            raise RuntimeError(f"the load generator of {phase} failed with exit {code}")
+        self.code_offset += sum(codes_in(kind, int(rate * seconds)) for kind, rate in streams)
+        records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines() if line]
+        self.records[phase] = records
+        for kind, channels in self.channels_of().items():
+            n = sum(1 for r in records if r[1] == kind and r[5] == 202)
+            for c in channels:
+                self.expected_at_stub[c] = self.expected_at_stub.get(c, 0) + n
+
+    def channels_of(self) -> dict[str, tuple[str, ...]]:
+        return {"order": self.plan.order_channels, "code": ("sms",), "repeat": (),
+                "campaign": self.plan.campaign_channels}
+
+    def settle(self, s: Services, phase: str, bound_s: float) -> tuple[bool, float]:
+        """Until every channel's stub has seen the messages expected so far, or the bound."""
+        started = time.monotonic()
+
+        def done() -> bool:
+            return all(s.stub.count(c) >= n for c, n in self.expected_at_stub.items())
+
+        def where() -> str:
+            return ", ".join(f"{c} {s.stub.count(c):,} of {n:,}" for c, n in self.expected_at_stub.items())
+
+        ok = wait_for(done, started + bound_s, s.procs, lambda: f"{phase}: delivering ({where()} at the stub)")
+        return ok, time.monotonic() - started
+
+    def campaign(self, s: Services, phase: str, first_user: int) -> None:
+        plan = self.plan
+        users = [f"u-{first_user + i}" for i in range(plan.users)]
+        body = json.dumps({"template": "eid_sale", "segment": users, "params": {"pct": "20"},
+                           "channels": list(plan.campaign_channels), "rate": plan.campaign_rate}).encode()
+        req = urllib.request.Request(f"{s.url}/v1/campaigns", data=body, method="POST",
+                                     headers={"Authorization": f"Bearer {s.token}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as reply:
+            campaign_id = str(json.loads(reply.read())["campaign_id"])
+        self.campaigns[phase] = (campaign_id, first_user, plan.users, time.time())
+        for c in plan.campaign_channels:
+            self.expected_at_stub[c] = self.expected_at_stub.get(c, 0) + plan.users
+        say(f"{phase}: campaign {campaign_id} of {plan.users:,} users at {plan.campaign_rate:g}/s created")
+
+    def campaign_written(self, s: Services, phase: str) -> str:
+        campaign_id = self.campaigns[phase][0]
+        req = urllib.request.Request(f"{s.url}/v1/campaigns/{campaign_id}",
+                                     headers={"Authorization": f"Bearer {s.token}"})
+        try:
+            with urllib.request.urlopen(req, timeout=5) as reply:
+                c = json.loads(reply.read())
+            return f"campaign {c['state']} {c['written']:,} of {c['total']:,} written"
+        except OSError as exc:
+            return f"campaign: {exc}"
+
+    # -- the phases ---------------------------------------------------------------------------
+
+    def phase(self, s: Services, name: str, run: Callable[[], None], bound_s: float) -> dict[str, Any]:
+        from bench import api_scrape
+
+        load0, t0 = os.getloadavg()[0], time.monotonic()
+        before = api_scrape.scrape(s.url)
+        run()
+        load1, t1 = os.getloadavg()[0], time.monotonic()
+        metrics = api_scrape.phase_report(before, api_scrape.scrape(s.url))
+        settled, settle_s = self.settle(s, name, bound_s)
+        return {"name": name, "load_average": [round(load0, 2), round(load1, 2)],
+                "api_metrics": {k: metrics[k] for k in API_HISTOGRAMS},
+                "cpu_cores": self.cores(t0, time.monotonic()), "seconds": round(t1 - t0, 1),
+                "settled": settled, "settle_s": round(settle_s, 1), "notes": []}
+
+    def cores(self, t0: float, t1: float) -> dict[str, float | None]:
+        """Each service's CPU over the span, in cores (CPU seconds per second)."""
+        out: dict[str, float | None] = {}
+        for g in GROUPS:
+            cpu = self.sampler.cpu_in(g, t0, min(t1, time.monotonic() - 0.5))
+            out[g] = None if cpu is None else round(cpu / (t1 - t0), 2)
+        return out
+
+    def accept_phase(self, s: Services, rate: float) -> dict[str, Any]:
+        name = f"accept-{rate:g}"
+        say(f"{name}: {rate:g} requests/s for {self.plan.accept_s:g} s (load average {os.getloadavg()[0]:.1f})")
+        p = self.phase(s, name, lambda: self.generate(s, name, [("mix", rate)], self.plan.accept_s),
+                       self.plan.settle_bound_s)
+        p["rates"] = {"mix": rate}
+        p["accept_target_p99_ms"] = ACCEPT_TARGETS_MS.get(rate)
+        return p
+
+    def flood_phase(self, s: Services, name: str, first_user: int, cluster: Any | None) -> dict[str, Any]:
+        plan = self.plan
+        loss: dict[str, Any] = {}
+
+        def run() -> None:
+            push_before = {c: s.stub.count(c) for c in plan.campaign_channels}
+            self.campaign(s, name, first_user)
+            # the campaign delivering first: 2 s after its first message reached the stub
+            wait_for(lambda: any(s.stub.count(c) > push_before[c] for c in plan.campaign_channels),
+                     time.monotonic() + plan.settle_bound_s, s.procs,
+                     lambda: f"{name}: waiting for the campaign's first delivery ({self.campaign_written(s, name)})")
+            time.sleep(2.0)
+            say(f"{name}: codes at {plan.code_rate:g}/s and order updates at {plan.order_rate:g}/s for"
+                f" {plan.flood_s:g} s beside the campaign ({self.campaign_written(s, name)})")
+            killer = None
+            if cluster is not None:
+                from bench.api import _lose_a_broker
+
+                killer = threading.Thread(target=_lose_a_broker, daemon=True,
+                                          args=(cluster, s.cfg.topics.requests, plan.flood_s / 2, loss))
+                killer.start()
+            self.generate(s, name, [("code", plan.code_rate), ("order", plan.order_rate)], plan.flood_s)
+            if killer is not None:
+                killer.join(300)
+
+        p = self.phase(s, name, run, plan.settle_bound_s)
+        p["rates"] = {"code": plan.code_rate, "order": plan.order_rate}
+        p["delivery_targets_p99_ms"] = DELIVERY_TARGETS_MS
+        if cluster is not None:
+            p["broker_loss"] = loss
+        return p
+
+
+def say(text: str) -> None:
+    sys.stdout.write(f"[{time.strftime('%H:%M:%S')}] {text}\n")
+    sys.stdout.flush()
+
+
+def wait_for(done: Callable[[], bool], deadline: float, procs: dict[str, Proc],
+             progress: Callable[[], str]) -> bool:
+    """Poll ``done()`` until it holds, the deadline passes or a service exits; ``progress()``
+    every ``PROGRESS_S``."""
+    said = time.monotonic()
+    while not done():
+        if time.monotonic() >= deadline:
+            return False
+        for name, p in procs.items():
+            if not p.alive():
+                raise RuntimeError(f"{name} exited ({p.popen.returncode}): {p.tail(8)}")
+        if time.monotonic() - said >= PROGRESS_S:
+            said = time.monotonic()
+            say(progress())
+        time.sleep(0.2)
+    return True
+
+
+def figures(slo: Slo, phases: list[dict[str, Any]], arrivals: dict[str, dict[str, float]],
+            repeats: list[Any], final: dict[tuple[str, str], str]) -> None:
+    """Each phase's accept figures, outcomes and latencies, repeated keys, campaign rate (in place)."""
+    at_stub: dict[tuple[str, str], float] = {}
+    for channel_arrivals in arrivals.values():
+        at_stub.update(report.by_request(channel_arrivals))
+    channels_of = slo.channels_of()
+    for p in phases:
+        p["notes"] = []
+        records = slo.records.get(p["name"], [])
+        p["accept"] = report.accept_summary(records)
+        expected = report.expected_messages(records, channels_of)
+        campaign = slo.campaigns.get(p["name"])
+        if campaign is not None:
+            campaign_id, first, users, created = campaign
+            wanted = {(f"{CALLER}/{campaign_id}:u-{first + i}", c): report.Expected("campaign", created)
+                      for i in range(users) for c in slo.plan.campaign_channels}
+            expected.update(wanted)
+            times = [at_stub[k] for k in wanted if k in at_stub]
+            last_due = max((float(r[3]) for r in records), default=0.0)
+            p["campaign"] = {"id": campaign_id, "users": users, **report.campaign_rate(times),
+                             "flood_held": bool(times) and max(times) >= last_due}
+            if not p["campaign"]["flood_held"]:
+                p["notes"].append("the campaign was delivered before the codes and orders ended")
+        outcomes = report.account(expected, at_stub, final)
+        p["outcomes"] = {k: o.as_dict() for k, o in outcomes.items()}
+        p["lost"] = sum(o.lost for o in outcomes.values())
+        p["repeated_provider_keys"] = report.repeated_calls(repeats, expected)
+        if not p["settled"]:
+            p["notes"].append(f"not every message at the stubs {p['settle_s']:.0f} s after the phase")
+
+
+def run(plan: Plan, out_dir: Path, keep: bool) -> int:
+    from bench.senders_load import read_statuses
+    from harness.local_kafka import LocalCluster
+
+    work = Path(tempfile.mkdtemp(prefix="bench-slo-"))
+    started = dt.datetime.now(dt.UTC)
+    machine, git = machine_info(), git_info(REPO_ROOT)
+    slo = Slo(plan, work)
+    cluster = LocalCluster.on_free_ports(work / "kafka", plan.brokers)
+    stub: StubProcess | None = None
+    postgres: Any = None
+    services: Services | None = None
+    phases: list[dict[str, Any]] = []
+    failures: list[str] = []
+    try:
+        say(f"starting {plan.brokers} broker(s) and the provider stub ({plan.stub_latency_ms} ms), work in {work}")
+        cluster.start()
+        stub = StubProcess("http", latency_ms=plan.stub_latency_ms)
+        location = str(work / "status.sqlite3")
+        if plan.store == "postgresql":
+            from harness.local_postgres import LocalPostgres
+            from harness.ports import free_port
+
+            postgres = LocalPostgres(port=free_port()).start()
+            location = postgres.create_database("slo")
+        s = services = slo.start(cluster, stub, location)
+        say(f"warm-up: 50 requests/s for {plan.warmup_s:g} s, through to the providers (not measured)")
+        warm = slo.phase(s, "warm-up", lambda: slo.generate(s, "warm-up", [("mix", 50.0)], plan.warmup_s), 300.0)
+        say(f"warm-up: delivered {warm['settle_s']:.0f} s after its last request")
+        for rate in plan.accept_rates:
+            phases.append(slo.accept_phase(s, rate))
+        phases.append(slo.flood_phase(s, "flood", 0, None))
+        if plan.broker_kill:
+            phases.append(slo.flood_phase(s, "flood-broker-kill", plan.users, cluster))
+        say("reading the stubs' arrivals and the senders' status topic (read_committed)")
+        deadline = time.monotonic() + plan.settle_bound_s
+        while True:  # a stub's count includes what the API accepted after its caller gave up: match
+            arrivals: dict[str, dict[str, float]] = {}
+            repeats: list[Any] = []
+            for channel in ("push", "sms"):
+                dump = stub.dump(channel) or {"arrivals": {}, "repeats": []}
+                arrivals[channel] = dump["arrivals"]
+                repeats += dump["repeats"]
+            figures(slo, phases, arrivals, repeats, {})
+            missing = sum(p["lost"] for p in phases)
+            if not missing or time.monotonic() >= deadline:
+                break
+            say(f"{missing:,} accepted messages not at the stub yet")
+            time.sleep(5)
+        total = sum(slo.expected_at_stub.values())
+        statuses = read_statuses(cluster.bootstrap, s.cfg.senders.status_topic, total, timeout_s=120)
+        figures(slo, phases, arrivals, repeats, report.by_request(statuses.final))
+        for p in phases:
+            if p["lost"] or p["repeated_provider_keys"]:
+                failures.append(f"{p['name']}: {p['lost']} lost, {p['repeated_provider_keys']} repeated provider keys")
+    finally:
+        for proc in slo.procs.values():
+            proc.terminate(grace_s=30)
+        if stub is not None:
+            stub.stop()
+        cluster.stop()
+        if postgres is not None:
+            postgres.stop()
+        slo.sampler.stop()
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
+    assert services is not None
+    result = {
+        "date": started.isoformat(timespec="seconds"), "mode": plan.mode, "label": plan.label,
+        "command": " ".join(["python", "-m", "bench.slo", *sys.argv[1:]]),
+        "machine": {**machine, "loadavg_at_end": os.getloadavg()}, "git": git,
+        "config": {**asdict(plan), "checkpoint_interval_ms": services.cfg.flink.checkpoint_interval_ms,
+                   "senders_max_in_flight": services.cfg.senders.max_in_flight,
+                   "senders_commit_interval_ms": services.cfg.senders.commit_interval_ms},
+        "imports": slo.imports, "phases": phases, "failures": failures,
+    }
+    stem = "slo-" + started.date().isoformat() + (f"-{plan.label}" if plan.label else "")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    table = report.markdown(result)
+    (out_dir / f"{stem}.md").write_text(table, encoding="utf-8")
+    print(table)
+    print(f"-> {out_dir / stem}.json, .md")
+    for failure in failures:
+        print(f"FAILED: {failure}")
+    return 1 if failures else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.slo", description=__doc__.split("\n")[0])
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="the default: 20 s accept phases, a 20,000-user campaign")
+    mode.add_argument("--full", action="store_true", help="the issue's sizes: 60 s phases, 100,000 users")
+    parser.add_argument("--accept-rates", help="requests/s of the accept phases, comma-separated (1000,2000)")
+    parser.add_argument("--accept-s", type=float, help="each accept phase's length (quick 20, full 60)")
+    parser.add_argument("--users", type=int, help="the campaign's users (quick 20000, full 100000)")
+    parser.add_argument("--campaign-rate", type=float, help="the campaign's rate (2000)")
+    parser.add_argument("--flood-s", type=float, help="codes and order updates during the flood for this long")
+    parser.add_argument("--code-rate", type=float, help="one-time codes/s during the flood (20)")
+    parser.add_argument("--order-rate", type=float, help="order updates/s during the flood (200)")
+    parser.add_argument("--settle-bound-s", type=float, help="wait at most this long for a phase's deliveries")
+    parser.add_argument("--brokers", type=int, help="local brokers (1; 3 with --broker-kill)")
+    parser.add_argument("--broker-kill", action="store_true", help="phase 3: the flood with a broker SIGKILLed")
+    parser.add_argument("--checkpoint-ms", type=int, help="flink.checkpoint_interval_ms (default: the setting's)")
+    parser.add_argument("--stub-latency-ms", type=int, help="the providers' answer time (200)")
+    parser.add_argument("--api-processes", type=int, help="dedupctl api run --processes (1)")
+    parser.add_argument("--connections", type=int, help="the load generator's keep-alive connections (64)")
+    parser.add_argument("--store", choices=("sqlite", "postgresql"), help="the API's and senders' store (sqlite)")
+    parser.add_argument("--label", help="named into the result files: slo-<date>-<label>.json")
+    parser.add_argument("--out", default=str(REPO_ROOT / "bench" / "results"))
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, store)")
+    args = parser.parse_args(argv)
+    plan = FULL if args.full else QUICK
+    changes: dict[str, Any] = {}
+    if args.accept_rates:
+        changes["accept_rates"] = tuple(float(r) for r in args.accept_rates.split(",") if r)
+    for name in ("accept_s", "users", "campaign_rate", "flood_s", "code_rate", "order_rate", "settle_bound_s",
+                 "brokers", "checkpoint_ms", "stub_latency_ms", "api_processes", "connections", "store",
+                 "label"):
+        if getattr(args, name) is not None:
+            changes[name] = getattr(args, name)
+    if args.broker_kill:
+        changes["broker_kill"] = True
+        if changes.setdefault("brokers", 3) < 3:
+            parser.error("--broker-kill needs three brokers: one broker of one is not a partial loss")
+    raise_fd_limit()
+    return run(replace(plan, **changes), Path(args.out), args.keep)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,214 @@
+"""The arithmetic of ``python -m bench.slo`` (pure: no Kafka, no processes) and its table.
+
+A request the API accepted (202) is expected on each of its channels; the job's message key for
+it is ``<dedup_key>:<channel>:<event_time>`` (README), so a provider stub's arrival (counted by
+message key) or a status record (by message key) is matched to its request by the dedup key the
+API answered with and the channel. Times are the machine's wall clock: the generator's due times
+(epoch s) and the stubs' arrivals (epoch s).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.senders_report import delivery_window, latency_summary, nearest_rank
+
+OK_STATUSES = (200, 202)
+#: final statuses of the senders that are an outcome other than a delivery
+DEAD = ("failed",)
+RULED = ("skipped", "rejected")
+
+
+def split_message_key(message_key: str) -> tuple[str, str]:
+    """``<dedup_key>:<channel>:<event_time>`` -> (dedup_key, channel); a dedup key may hold ``:``."""
+    dedup_key, channel, _ = message_key.rsplit(":", 2)
+    return dedup_key, channel
+
+
+def by_request(per_key: Mapping[str, Any]) -> dict[tuple[str, str], Any]:
+    """{message key: value} -> {(dedup_key, channel): value}, the first of a pair kept."""
+    out: dict[tuple[str, str], Any] = {}
+    for key, value in per_key.items():
+        try:
+            pair = split_message_key(key)
+        except ValueError:
+            continue
+        out.setdefault(pair, value)
+    return out
+
+
+def accept_summary(records: Sequence[Sequence[Any]]) -> dict[str, Any]:
+    """The caller's view of a phase's requests (records of ``bench.slo_load``): latency
+    p50/p99/max (ms, nearest rank), statuses, errors (not 200/202) and their share."""
+    latencies = sorted(float(r[4]) for r in records)
+    statuses: dict[str, int] = {}
+    for r in records:
+        statuses[str(r[5])] = statuses.get(str(r[5]), 0) + 1
+    errors = sum(n for s, n in statuses.items() if int(s) not in OK_STATUSES)
+    return {"requests": len(records), "statuses": dict(sorted(statuses.items())), "errors": errors,
+            "error_rate": errors / len(records) if records else None,
+            "p50_ms": nearest_rank(latencies, 50), "p99_ms": nearest_rank(latencies, 99),
+            "max_ms": latencies[-1] if latencies else None}
+
+
+@dataclass(frozen=True)
+class Expected:
+    """One channel message a 202 promised: its request's kind and when that request was due."""
+
+    kind: str
+    due_s: float
+
+
+def expected_messages(records: Iterable[Sequence[Any]], channels_of: Mapping[str, Sequence[str]]
+                      ) -> dict[tuple[str, str], Expected]:
+    """(dedup_key, channel) -> Expected for every request answered 202 (a 200 repeats one)."""
+    out: dict[tuple[str, str], Expected] = {}
+    for _stream, kind, _key, due, _ms, status, dedup_key in records:
+        if status == 202 and dedup_key:
+            for channel in channels_of[kind]:
+                out[(dedup_key, channel)] = Expected(kind, float(due))
+    return out
+
+
+@dataclass
+class Outcomes:
+    """What became of one kind's expected messages."""
+
+    expected: int = 0
+    delivered: int = 0
+    dead_lettered: int = 0
+    skipped_by_rule: int = 0
+    lost: int = 0
+    lost_sample: list[str] = field(default_factory=list)
+    latencies_ms: list[float] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"expected": self.expected, "delivered": self.delivered, "dead_lettered": self.dead_lettered,
+                "skipped_by_rule": self.skipped_by_rule, "lost": self.lost, "lost_sample": self.lost_sample,
+                "api_to_provider_ms": latency_summary(sorted(self.latencies_ms), self.lost)}
+
+
+def account(expected: Mapping[tuple[str, str], Expected], arrivals: Mapping[tuple[str, str], float],
+            final_status: Mapping[tuple[str, str], str], sample: int = 5) -> dict[str, Outcomes]:
+    """Per kind: each expected message delivered (it reached its stub: latency = arrival - due),
+    else dead-lettered or skipped by a rule (its last status), else lost (never delivered and no
+    such outcome: queued, sending, deferred or nothing at all). A lost message counts as slower
+    than every delivered one in the latency summary."""
+    out: dict[str, Outcomes] = {}
+    for pair, exp in sorted(expected.items(), key=lambda kv: kv[1].due_s):
+        o = out.setdefault(exp.kind, Outcomes())
+        o.expected += 1
+        arrived = arrivals.get(pair)
+        status = final_status.get(pair)
+        if arrived is not None:
+            o.delivered += 1
+            o.latencies_ms.append((arrived - exp.due_s) * 1000)
+        elif status in DEAD:
+            o.dead_lettered += 1
+        elif status in RULED:
+            o.skipped_by_rule += 1
+        else:
+            o.lost += 1
+            if len(o.lost_sample) < sample:
+                o.lost_sample.append(f"{pair[0]} on {pair[1]}: {status or 'no status'}")
+    return out
+
+
+def repeated_calls(repeats: Iterable[Sequence[Any]], wanted: Iterable[tuple[str, str]]) -> int:
+    """Provider calls (a stub's ``repeats``: (message key, time)) for a key already called, among
+    the messages ``wanted``."""
+    keys = set(wanted)
+    n = 0
+    for message_key, _t in repeats:
+        try:
+            if split_message_key(message_key) in keys:
+                n += 1
+        except ValueError:
+            continue
+    return n
+
+
+def campaign_rate(arrivals: Iterable[float]) -> dict[str, Any]:
+    """Campaign messages delivered per second at the stub (first to last, and 10%..90%)."""
+    w = delivery_window(arrivals)
+    return {k: w[k] for k in ("delivered", "window_s", "rate", "rate_10_90")}
+
+
+# -- the table ------------------------------------------------------------------------------------
+
+
+def _ms(v: Any) -> str:
+    return "n/a" if v is None else f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
+
+
+def _load(p: Mapping[str, Any]) -> str:
+    a, b = p["load_average"]
+    return f"{a:.1f} -> {b:.1f}"
+
+
+def markdown(result: Mapping[str, Any]) -> str:
+    m = result["machine"]
+    lines = [
+        f"# bench.slo {result['mode']}{' ' + result['label'] if result['label'] else ''}, {result['date']}",
+        "",
+        f"commit {result['git']['commit'][:12]} ({result['git']['dirty_paths']} changed paths), {m['nproc']} CPUs,"
+        f" brokers {result['config']['brokers']}, checkpoint interval {result['config']['checkpoint_interval_ms']} ms,"
+        f" provider stubs {result['config']['stub_latency_ms']} ms, {result['config']['users']:,} campaign users;"
+        f" `{result['command']}`",
+        "",
+        "## Accept latency (open loop, timed from when each request was due)",
+        "",
+        "| phase | rate/s | requests | p50 ms | p99 ms | max ms | errors | error rate | target | load avg |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|---|---|",
+    ]
+    for p in result["phases"]:
+        a = p["accept"]
+        rate = "+".join(f"{r:g}" for r in p["rates"].values())
+        target = p.get("accept_target_p99_ms")
+        met = a["p99_ms"] is not None and target is not None and a["p99_ms"] < target and not a["errors"]
+        verdict = "n/a" if target is None else f"p99 < {target:g}: {'met' if met else 'missed'}"
+        lines.append(f"| {p['name']} | {rate} | {a['requests']:,} | {_ms(a['p50_ms'])} | {_ms(a['p99_ms'])} |"
+                     f" {_ms(a['max_ms'])} | {a['errors']:,} | {(a['error_rate'] or 0):.4%} | {verdict} | {_load(p)} |")
+    lines += ["", "## API call -> provider stub, and what became of every accepted request", "",
+              "| phase | kind | accepted | delivered | p50 ms | p99 ms | max ms | dead-lettered | skipped by rule |"
+              " lost | target |",
+              "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
+    for p in result["phases"]:
+        for kind, o in p["outcomes"].items():
+            lat = o["api_to_provider_ms"]
+            target = p.get("delivery_targets_p99_ms", {}).get(kind)
+            verdict = "" if target is None else (
+                f"p99 <= {target / 1000:g} s: {'met' if lat['p99'] is not None and lat['p99'] <= target else 'missed'}")
+            lines.append(f"| {p['name']} | {kind} | {o['expected']:,} | {o['delivered']:,} | {_ms(lat['p50'])} |"
+                         f" {_ms(lat['p99'])} | {_ms(lat['max'])} | {o['dead_lettered']:,} |"
+                         f" {o['skipped_by_rule']:,} | **{o['lost']:,}** | {verdict} |")
+    lines += ["", "| phase | campaign delivered | campaign msg/s (10-90%) | flood held | repeated provider keys |"
+              " settle | notes |", "|---|--:|--:|---|--:|---|---|"]
+    for p in result["phases"]:
+        c = p.get("campaign")
+        if c:
+            rate = "n/a" if c["rate"] is None else f"{c['rate']:.0f} ({(c['rate_10_90'] or 0):.0f})"
+            held = "yes" if c["flood_held"] else "no"
+            done = f"{c['delivered']:,} of {c['users']:,}"
+        else:
+            rate, held, done = "-", "-", "-"
+        lines.append(f"| {p['name']} | {done} | {rate} | {held} | **{p['repeated_provider_keys']}** |"
+                     f" {p['settle_s']:.0f} s{'' if p['settled'] else ' (bound)'} | {'; '.join(p['notes']) or ''} |")
+    names = ("accept_202", "kafka_ack", "loop_lag", "store_queue", "store_call")
+    lines += ["", "What the API's /metrics saw over the phase's load (ms, p50 / p99 from the histograms' buckets):",
+              "", "| phase | " + " | ".join(names) + " |", "|---|" + "--:|" * len(names)]
+    for p in result["phases"]:
+        h = p.get("api_metrics", {})
+        lines.append(f"| {p['name']} | " + " | ".join(
+            f"{_ms(h[n].get('p50'))} / {_ms(h[n].get('p99'))}" if n in h else "n/a" for n in names) + " |")
+    groups = list(result["phases"][0]["cpu_cores"]) if result["phases"] else []
+    lines += ["", "CPU of each service from the phase's first request until its messages were delivered"
+              f" (cores; the machine has {m['nproc']}):", "",
+              "| phase | " + " | ".join(groups) + " |", "|---|" + "--:|" * len(groups)]
+    for p in result["phases"]:
+        cores = p["cpu_cores"]
+        lines.append(f"| {p['name']} | " + " | ".join("n/a" if cores[g] is None else f"{cores[g]:.2f}" for g in groups)
+                     + " |")
+    return "\n".join(lines) + "\n"

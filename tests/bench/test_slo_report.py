@@ -1,0 +1,89 @@
+"""The arithmetic of bench.slo (bench/slo_report.py) and its generator's mix (bench/slo_load.py):
+matching provider arrivals to API calls, percentiles, what became of each accepted request."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import slo_report as report
+from bench.slo_load import codes_in, mix_kind
+
+
+def rec(kind: str, key: str, due: float, ms: float, status: int, dedup_key: str | None) -> list[object]:
+    return ["mix", kind, key, due, ms, status, dedup_key]
+
+
+def test_a_message_key_splits_into_its_dedup_key_and_channel_even_with_colons_in_the_key() -> None:
+    assert report.split_message_key("bench/camp-1:u-7:push:1796115600000") == ("bench/camp-1:u-7", "push")
+    assert report.split_message_key("bench/r-mix-3:sms:17") == ("bench/r-mix-3", "sms")
+    with pytest.raises(ValueError):
+        report.split_message_key("no-channel")
+
+
+def test_by_request_keeps_the_first_of_a_pair_and_drops_keys_it_cannot_read() -> None:
+    assert report.by_request({"a:sms:1": 1.0, "a:sms:2": 2.0, "a:push:1": 3.0, "junk": 4.0}) == {
+        ("a", "sms"): 1.0, ("a", "push"): 3.0}
+
+
+def test_accept_summary_nearest_rank_percentiles_and_errors() -> None:
+    records = [rec("order", f"k{i}", 0.0, float(i), 202, f"d{i}") for i in range(1, 99)]
+    records += [rec("order", "k99", 0.0, 99.0, 503, None), rec("repeat", "k1", 0.0, 100.0, 200, "d1")]
+    got = report.accept_summary(records)
+    assert got["requests"] == 100
+    assert got["statuses"] == {"200": 1, "202": 98, "503": 1}
+    assert got["errors"] == 1 and got["error_rate"] == 0.01
+    assert (got["p50_ms"], got["p99_ms"], got["max_ms"]) == (50.0, 99.0, 100.0)
+
+
+def test_only_a_202_is_expected_on_each_of_its_channels() -> None:
+    records = [rec("order", "k1", 10.0, 5.0, 202, "bench/k1"), rec("repeat", "k1", 11.0, 5.0, 200, "bench/k1"),
+               rec("code", "k2", 12.0, 5.0, 202, "bench/k2"), rec("order", "k3", 13.0, 5.0, 503, None)]
+    got = report.expected_messages(records, {"order": ("push", "sms"), "code": ("sms",), "repeat": ()})
+    assert got == {("bench/k1", "push"): report.Expected("order", 10.0),
+                   ("bench/k1", "sms"): report.Expected("order", 10.0),
+                   ("bench/k2", "sms"): report.Expected("code", 12.0)}
+
+
+def test_account_delivered_dead_lettered_skipped_and_lost_with_latencies_from_the_due_time() -> None:
+    expected = {("c1", "sms"): report.Expected("code", 100.0), ("c2", "sms"): report.Expected("code", 101.0),
+                ("c3", "sms"): report.Expected("code", 102.0), ("c4", "sms"): report.Expected("code", 103.0),
+                ("c5", "sms"): report.Expected("code", 104.0), ("o1", "push"): report.Expected("order", 100.0)}
+    arrivals = {("c1", "sms"): 101.5, ("c2", "sms"): 101.25, ("o1", "push"): 104.0, ("x", "sms"): 1.0}
+    final = {("c1", "sms"): "sent", ("c3", "sms"): "failed", ("c4", "sms"): "rejected",
+             ("c5", "sms"): "sending"}
+    got = report.account(expected, arrivals, final)
+    code = got["code"].as_dict()
+    assert {k: code[k] for k in ("expected", "delivered", "dead_lettered", "skipped_by_rule", "lost")} == {
+        "expected": 5, "delivered": 2, "dead_lettered": 1, "skipped_by_rule": 1, "lost": 1}
+    assert code["lost_sample"] == ["c5 on sms: sending"]
+    # 1,500 and 250 ms delivered, one lost counted as slower than both: p50 1,500, p99 not reached
+    assert code["api_to_provider_ms"] == {"n": 2, "missing": 1, "p50": 1500.0, "p99": None, "max": None}
+    order = got["order"].as_dict()
+    assert order["lost"] == 0
+    assert order["api_to_provider_ms"] == {"n": 1, "missing": 0, "p50": 4000.0, "p99": 4000.0, "max": 4000.0}
+
+
+def test_a_message_never_seen_anywhere_is_lost() -> None:
+    got = report.account({("a", "push"): report.Expected("order", 1.0)}, {}, {})
+    assert (got["order"].lost, got["order"].lost_sample) == (1, ["a on push: no status"])
+
+
+def test_repeated_calls_count_only_the_wanted_messages() -> None:
+    repeats = [("a:push:1", 5.0), ("a:push:1", 6.0), ("b:sms:2", 7.0), ("junk", 8.0)]
+    assert report.repeated_calls(repeats, [("a", "push")]) == 2
+    assert report.repeated_calls(repeats, [("a", "sms")]) == 0
+
+
+def test_campaign_rate_between_first_and_last_delivery() -> None:
+    got = report.campaign_rate([10.0 + i * 0.01 for i in range(101)])
+    assert got["delivered"] == 101
+    assert got["window_s"] == pytest.approx(1.0)
+    assert got["rate"] == pytest.approx(100.0)
+
+
+def test_the_mix_codes_repeats_and_code_users() -> None:
+    kinds = [mix_kind(n) for n in range(1010)]
+    assert kinds[:6] == ["code", "order", "order", "order", "order", "order"]  # no repeat before 1004
+    assert kinds[1005] == "repeat" and mix_kind(1005 - 1004) == "order"
+    assert kinds.count("code") == 101 == codes_in("mix", 1010)
+    assert codes_in("code", 7) == 7 and codes_in("order", 7) == 0
