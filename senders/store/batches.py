@@ -9,20 +9,22 @@ processes claiming overlapping batches (a rebalance) wait for each other, never 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from operators.records import Channel
 from senders.policy.transitions import ClaimDecision, OutcomePlan, check_transition, decide_claim
 from senders.policy.verdict import RuleVerdict
 from senders.rules.limits import CounterState, LimitClaim
 from senders.statuses import ClaimAction, DeliveryStatus, Lane
-from senders.store.db import Database
+from senders.store.db import Database, with_values
 from senders.store.status import _COLUMNS, Rules, StatusRow, address_hash
 
 #: rows per multi-row statement (SQLite allows 32,766 parameters in one)
 CHUNK = 500
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +57,15 @@ class FinishRequest:
 
 Claimed = tuple[ClaimDecision, StatusRow | None, RuleVerdict | None]
 
+#: the rows a batch's statements change, one VALUES row each (``with_values``): k is the key
+_SENDING = (("k", "TEXT"), ("attempts", "INTEGER"), ("template", "TEXT"), ("template_version", "INTEGER"),
+            ("locale", "TEXT"))
+_RULED = (("k", "TEXT"), ("status", "TEXT"), ("attempts", "INTEGER"), ("reason", "TEXT"),
+          ("not_before_ms", "BIGINT"), ("template", "TEXT"), ("template_version", "INTEGER"), ("locale", "TEXT"))
+_FINISHED = (("k", "TEXT"), ("status", "TEXT"), ("provider", "TEXT"), ("last_error", "TEXT"),
+             ("dead_letter", "TEXT"), ("retry_at_ms", "BIGINT"), ("updated_ms", "BIGINT"), ("provider_ref", "TEXT"),
+             ("attempts", "INTEGER"))
+
 
 @dataclass(slots=True)
 class _Units:
@@ -70,6 +81,21 @@ class _Units:
 def _chunks(items: Sequence[Any]) -> Iterable[Sequence[Any]]:
     for i in range(0, len(items), CHUNK):
         yield items[i : i + CHUNK]
+
+
+def _rounds(items: Sequence[T], key: Callable[[T], str]) -> Iterator[list[T]]:
+    """The items in rounds of distinct keys (one round, but for a key twice in the batch): a
+    key's later item comes in a later round, decided after the earlier one's change."""
+    pending = list(items)
+    while pending:
+        now: list[T] = []
+        later: list[T] = []
+        keys: set[str] = set()
+        for item in pending:
+            (later if key(item) in keys else now).append(item)
+            keys.add(key(item))
+        yield now
+        pending = later
 
 
 def _marks(n: int, width: int) -> str:
@@ -150,17 +176,9 @@ def claim_many(
     Two requests of one key: the later one is decided after the earlier one's change."""
     out: list[Claimed | None] = [None] * len(requests)
     with db.tx() as cur:
-        pending = list(enumerate(requests))
-        while pending:  # rounds of distinct keys (one, but for a key twice in the batch)
-            now_round: list[tuple[int, ClaimRequest]] = []
-            later: list[tuple[int, ClaimRequest]] = []
-            keys: set[str] = set()
-            for item in pending:
-                (later if item[1].message_key in keys else now_round).append(item)
-                keys.add(item[1].message_key)
+        for now_round in _rounds(list(enumerate(requests)), lambda item: item[1].message_key):
             for i, claimed in _claim_round(db, cur, now_round, now_ms, lease_ms, owner):
                 out[i] = claimed
-            pending = later
     return [c for c in out if c is not None]
 
 
@@ -189,15 +207,12 @@ def _claim_round(
             for c in verdict.consume:
                 units.units.setdefault(c.key, set()).add(c.unit)
                 consumed.append((c.key, c.unit, c.expires_at_ms))
-            sending.append(
-                (DeliveryStatus.SENDING.value, r.attempt, now_ms + lease_ms, owner, now_ms, *template, r.message_key)
-            )
+            sending.append((r.message_key, r.attempt, *template))
         else:
             assert verdict.status is not None
             check_transition(row.status, verdict.status)
             ruled.append(
-                (verdict.status.value, r.attempt, owner, now_ms, verdict.reason, verdict.not_before_ms, *template,
-                 r.message_key)
+                (r.message_key, verdict.status.value, r.attempt, verdict.reason, verdict.not_before_ms, *template)
             )
         results.append((i, (decision, row, verdict)))
     if consumed:
@@ -208,23 +223,25 @@ def _claim_round(
             ),
             consumed,
         )
-    if sending:
-        cur.executemany(
-            db.sql(
-                "UPDATE delivery_status SET status = ?, attempts = ?, lease_until_ms = ?, owner = ?,"
-                " unpublished = 0, updated_ms = ?, reason = NULL, not_before_ms = NULL,"
-                " template = ?, template_version = ?, locale = ? WHERE message_key = ?"
-            ),
-            sending,
+    for part in _chunks(sending):
+        db.exec(
+            cur,
+            with_values(_SENDING, len(part))
+            + "UPDATE delivery_status SET status = ?, attempts = v.attempts, lease_until_ms = ?, owner = ?,"
+            " unpublished = 0, updated_ms = ?, reason = NULL, not_before_ms = NULL, template = v.template,"
+            " template_version = v.template_version, locale = v.locale FROM v"
+            " WHERE delivery_status.message_key = v.k",
+            [*(v for row in part for v in row), DeliveryStatus.SENDING.value, now_ms + lease_ms, owner, now_ms],
         )
-    if ruled:
-        cur.executemany(
-            db.sql(
-                "UPDATE delivery_status SET status = ?, attempts = ?, lease_until_ms = 0, owner = ?,"
-                " unpublished = 1, updated_ms = ?, reason = ?, not_before_ms = ?, retry_at_ms = NULL,"
-                " template = ?, template_version = ?, locale = ? WHERE message_key = ?"
-            ),
-            ruled,
+    for part in _chunks(ruled):
+        db.exec(
+            cur,
+            with_values(_RULED, len(part))
+            + "UPDATE delivery_status SET status = v.status, attempts = v.attempts, lease_until_ms = 0, owner = ?,"
+            " unpublished = 1, updated_ms = ?, reason = v.reason, not_before_ms = v.not_before_ms,"
+            " retry_at_ms = NULL, template = v.template, template_version = v.template_version, locale = v.locale"
+            " FROM v WHERE delivery_status.message_key = v.k",
+            [*(v for row in part for v in row), owner, now_ms],
         )
     return results
 
@@ -234,30 +251,41 @@ def finish_many(db: Database, requests: Sequence[FinishRequest], *, owner: str) 
     held the claim (the outcome is recorded), False where the claim was lost."""
     for r in requests:
         check_transition(DeliveryStatus.SENDING, r.plan.status)
+    recorded = [False] * len(requests)
     with db.tx() as cur:
-        done = db.exec_each(
-            cur,
-            "UPDATE delivery_status SET status = ?, provider = ?, last_error = ?, dead_letter = ?,"
-            " retry_at_ms = ?, lease_until_ms = 0, unpublished = 1, updated_ms = ?, provider_ref = ?"
-            " WHERE message_key = ? AND status = ? AND attempts = ? AND owner = ? RETURNING message_key",
-            [
-                (
-                    r.plan.status.value,
-                    r.provider,
-                    r.error,
-                    r.plan.dead_letter.value if r.plan.dead_letter else None,
-                    r.plan.retry_at_ms,
-                    r.now_ms,
-                    r.provider_ref,
-                    r.message_key,
-                    DeliveryStatus.SENDING.value,
-                    r.attempt,
-                    owner,
-                )
-                for r in requests
-            ],
-        )
-        recorded = [bool(rows) for rows in done]
+        for now_round in _rounds(range(len(requests)), lambda i: requests[i].message_key):
+            for part in _chunks(sorted(now_round, key=lambda i: requests[i].message_key)):
+                values = [
+                    v
+                    for r in (requests[i] for i in part)
+                    for v in (
+                        r.message_key,
+                        r.plan.status.value,
+                        r.provider,
+                        r.error,
+                        r.plan.dead_letter.value if r.plan.dead_letter else None,
+                        r.plan.retry_at_ms,
+                        r.now_ms,
+                        r.provider_ref,
+                        r.attempt,
+                    )
+                ]
+                done = {
+                    row[0]
+                    for row in db.exec(
+                        cur,
+                        with_values(_FINISHED, len(part))
+                        + "UPDATE delivery_status SET status = v.status, provider = v.provider,"
+                        " last_error = v.last_error, dead_letter = v.dead_letter, retry_at_ms = v.retry_at_ms,"
+                        " lease_until_ms = 0, unpublished = 1, updated_ms = v.updated_ms,"
+                        " provider_ref = v.provider_ref FROM v WHERE delivery_status.message_key = v.k"
+                        " AND delivery_status.status = ? AND delivery_status.attempts = v.attempts"
+                        " AND delivery_status.owner = ? RETURNING message_key",
+                        [*values, DeliveryStatus.SENDING.value, owner],
+                    ).fetchall()
+                }
+                for i in part:
+                    recorded[i] = requests[i].message_key in done
         deactivations = [
             (r.deactivate[0].value, address_hash(*r.deactivate), (r.error or "")[:200], r.now_ms)
             for r, ok in zip(requests, recorded, strict=True)

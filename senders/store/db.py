@@ -119,6 +119,17 @@ INDEXES = (
 _SCHEMA_LOCK = 7_262_013
 
 
+def with_values(columns: Sequence[tuple[str, str]], rows: int) -> str:
+    """``WITH v (<names>) AS (VALUES ...)`` of ``rows`` rows of parameters, for one statement
+    that changes many rows (``UPDATE ... FROM v``; SQLite from 3.33). ``columns``: (name, SQL
+    type); the first row's parameters are cast to their types, as PostgreSQL takes a VALUES
+    column's type from its rows (a column of NULL parameters would be text)."""
+    first = "(" + ", ".join(f"CAST(? AS {kind})" for _, kind in columns) + ")"
+    row = "(" + ", ".join("?" * len(columns)) + ")"
+    names = ", ".join(name for name, _ in columns)
+    return f"WITH v ({names}) AS (VALUES {', '.join([first, *[row] * (rows - 1)])}) "
+
+
 class Database:
     """One connection (opened on first use and again after a failure) and its SQL dialect."""
 
@@ -150,20 +161,6 @@ class Database:
         cur.execute(self.sql(text), tuple(params))
         return cur
 
-    def exec_each(self, cur: Any, text: str, params: Iterable[Sequence[Any]]) -> list[list[tuple[Any, ...]]]:
-        """One statement with a ``RETURNING`` clause for each set of parameters; the rows each
-        returned (PostgreSQL: pipelined in one round trip)."""
-        items = [tuple(p) for p in params]
-        if not items:
-            return []
-        if self.dialect == "postgresql":
-            cur.executemany(self.sql(text), items, returning=True)
-            out = []
-            while True:
-                out.append(list(cur.fetchall()))
-                if not cur.nextset():
-                    return out
-        return [list(cur.execute(text, p).fetchall()) for p in items]
 
     def _connection(self) -> Any:
         if self._conn is None:

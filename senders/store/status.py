@@ -27,7 +27,7 @@ from senders.policy.verdict import RuleVerdict
 from senders.records import TemplateRef
 from senders.rules.limits import CounterState, LimitClaim
 from senders.statuses import FINAL_STATUSES, ClaimAction, DeadLetterReason, DeliveryStatus, Lane
-from senders.store.db import Database, open_database
+from senders.store.db import Database, open_database, with_values
 
 #: the rules' verdict given the state of the counters they consult, and whether the key is new
 #: to the store (never seen, or pruned)
@@ -40,6 +40,10 @@ _COLUMNS = (
     " retry_at_ms, lease_until_ms, owner, unpublished, updated_ms, user_id, reason, not_before_ms,"
     " template, template_version, locale, provider_ref"
 )
+
+#: the published outcomes marked in one statement (``with_values``), (message key, attempt) each
+_PUBLISHED = (("k", "TEXT"), ("attempts", "INTEGER"))
+_PUBLISHED_CHUNK = 1_000
 
 
 def address_hash(channel: Channel, address: str) -> str:
@@ -356,14 +360,19 @@ class StatusStore:
 
     def mark_published(self, published: Iterable[tuple[str, int]]) -> None:
         """The records of these (message key, attempt) outcomes are committed in Kafka."""
-        items = [(key, attempt) for key, attempt in published]
+        items = sorted({(key, attempt) for key, attempt in published})
         if not items:
             return
         with self._db.tx() as cur:
-            cur.executemany(
-                self._db.sql("UPDATE delivery_status SET unpublished = 0 WHERE message_key = ? AND attempts = ?"),
-                items,
-            )
+            for i in range(0, len(items), _PUBLISHED_CHUNK):
+                part = items[i : i + _PUBLISHED_CHUNK]
+                self._db.exec(
+                    cur,
+                    with_values(_PUBLISHED, len(part))
+                    + "UPDATE delivery_status SET unpublished = 0 FROM v WHERE delivery_status.message_key = v.k"
+                    " AND delivery_status.attempts = v.attempts AND delivery_status.unpublished <> 0",
+                    [v for item in part for v in item],
+                )
 
     def mark_delivered(self, message_key: str, now_ms: int) -> bool:
         """sent -> delivered, from a provider's delivery receipt."""
