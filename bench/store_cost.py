@@ -56,9 +56,9 @@ def _message(i: int) -> bytes:
     )
 
 
-def _timed(totals: dict[str, float], name: str, fn: Callable[[], Any]) -> Any:
+def _timed(totals: dict[str, float], name: str, fn: Callable[..., Any], *args: Any) -> Any:
     start = time.thread_time()
-    out = fn()
+    out = fn(*args)
     totals[name] = totals.get(name, 0.0) + time.thread_time() - start
     return out
 
@@ -122,22 +122,20 @@ def main() -> int:
         counts: dict[str, int] = {}
         profiler = cProfile.Profile() if args.profile else None
 
-        def step(name: str, fn: Callable[[], Any]) -> Any:
+        def step(name: str, fn: Callable[..., Any], *args: Any) -> Any:
             before = statements[0]
-            out = _timed(totals, name, fn)
+            out = _timed(totals, name, fn, *args)
             counts[name] = counts.get(name, 0) + statements[0] - before
             return out
 
         if profiler is not None:
             profiler.enable()
+        sent = AttemptResult(AttemptOutcome.SENT, provider="http", reference="ref")
         for i in range(0, n, args.batch):
-            batch = deliveries[i : i + args.batch]
-            jobs = step("claim_batch", lambda b=batch: handler.claim_batch(b))  # type: ignore[misc]
+            jobs = step("claim_batch", handler.claim_batch, deliveries[i : i + args.batch])
             assert all(isinstance(j, SendJob) and j.can_send for j in jobs), jobs[:1]
-            sent = AttemptResult(AttemptOutcome.SENT, provider="http", reference="ref")
-            done = step("finish_batch", lambda j=jobs: handler.finish_batch([(job, sent) for job in j]))  # type: ignore[misc]
-            published = [p for h in done for p in h.published]
-            step("mark_published", lambda p=published: store.mark_published(p))  # type: ignore[misc]
+            done = step("finish_batch", handler.finish_batch, [(job, sent) for job in jobs])
+            step("mark_published", store.mark_published, [p for h in done for p in h.published])
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(args.profile)

@@ -19,13 +19,12 @@ from senders.policy.transitions import OutcomePlan
 from senders.policy.verdict import RuleVerdict
 from senders.profiles.model import parse_profile
 from senders.providers import FakeProvider
-from senders.records import from_channel_record
+from senders.records import TemplateRef, from_channel_record
 from senders.rules.limits import LimitClaim
 from senders.rules.reasons import Reason
 from senders.runtime.dispatch import Dispatcher
 from senders.runtime.handler import DeliveryHandler, Handled, HandlerTopics, SendJob
 from senders.runtime.metrics import Metrics
-from senders.records import TemplateRef
 from senders.statuses import ClaimAction, DeadLetterReason, DeliveryStatus, Lane
 from senders.store.batches import ClaimRequest, FinishRequest, claim_many, finish_many
 from senders.store.status import StatusStore, open_store
