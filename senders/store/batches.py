@@ -18,7 +18,7 @@ from senders.policy.transitions import ClaimDecision, OutcomePlan, check_transit
 from senders.policy.verdict import RuleVerdict
 from senders.rules.limits import CounterState, LimitClaim
 from senders.statuses import ClaimAction, DeliveryStatus, Lane
-from senders.store.db import Database, with_values
+from senders.store.db import Database, in_list, many_rows, with_values
 from senders.store.status import _COLUMNS, Rules, StatusRow, address_hash
 
 #: rows per multi-row statement (SQLite allows 32,766 parameters in one)
@@ -98,11 +98,6 @@ def _rounds(items: Sequence[T], key: Callable[[T], str]) -> Iterator[list[T]]:
         pending = later
 
 
-def _marks(n: int, width: int) -> str:
-    row = "(" + ", ".join("?" * width) + ")"
-    return ", ".join([row] * n)
-
-
 def _lock_counters(db: Database, cur: Any, limits: Iterable[LimitClaim], now_ms: int) -> _Units:
     """Every counter the batch consults, made if missing, locked (sorted), and its live units."""
     expires: dict[str, int] = {}
@@ -111,23 +106,23 @@ def _lock_counters(db: Database, cur: Any, limits: Iterable[LimitClaim], now_ms:
     keys = sorted(expires)
     out = _Units({k: set() for k in keys})
     for part in _chunks(keys):
+        rows, params = many_rows([(k, expires[k]) for k in part], "(?, ?)")
         db.exec(
             cur,
-            f"INSERT INTO limit_counter (counter_key, expires_ms) VALUES {_marks(len(part), 2)}"
-            " ON CONFLICT (counter_key) DO NOTHING",
-            [v for k in part for v in (k, expires[k])],
+            f"INSERT INTO limit_counter (counter_key, expires_ms) VALUES {rows} ON CONFLICT (counter_key) DO NOTHING",
+            params,
         )
-        marks = ", ".join("?" * len(part))
+        marks, keys_in = in_list(part)
         db.exec(
             cur,
             f"SELECT counter_key FROM limit_counter WHERE counter_key IN ({marks}) ORDER BY counter_key"
             f"{db.for_update}",
-            part,
+            keys_in,
         ).fetchall()
         for key, unit in db.exec(
             cur,
             f"SELECT counter_key, unit FROM limit_unit WHERE counter_key IN ({marks}) AND expires_ms > ?",
-            (*part, now_ms),
+            (*keys_in, now_ms),
         ).fetchall():
             out.units[key].add(unit)
     return out
@@ -141,28 +136,28 @@ def _rows(
     inserted: set[str] = set()
     rows: dict[str, StatusRow] = {}
     for part in _chunks(ordered):
-        values = [
-            v
-            for r in part
-            for v in (
-                r.message_key, r.notification_id, r.channel.value, r.lane.value, DeliveryStatus.QUEUED.value,
-                now_ms, now_ms, r.user_id,
-            )
-        ]
+        new, values = many_rows(
+            [
+                (r.message_key, r.notification_id, r.channel.value, r.lane.value, DeliveryStatus.QUEUED.value,
+                 now_ms, now_ms, r.user_id)
+                for r in part
+            ],
+            "(?, ?, ?, ?, ?, 0, ?, ?, ?)",
+        )
         made = db.exec(
             cur,
             "INSERT INTO delivery_status (message_key, notification_id, channel, lane, status, attempts,"
-            f" created_ms, updated_ms, user_id) VALUES {', '.join(['(?, ?, ?, ?, ?, 0, ?, ?, ?)'] * len(part))}"
-            " ON CONFLICT (message_key) DO NOTHING RETURNING message_key",
+            f" created_ms, updated_ms, user_id) VALUES {new} ON CONFLICT (message_key) DO NOTHING"
+            " RETURNING message_key",
             values,
         ).fetchall()
         inserted.update(r[0] for r in made)
-        marks = ", ".join("?" * len(part))
+        marks, keys = in_list([r.message_key for r in part])
         for found in db.exec(
             cur,
             f"SELECT {_COLUMNS} FROM delivery_status WHERE message_key IN ({marks}) ORDER BY message_key"
             f"{db.for_update}",
-            [r.message_key for r in part],
+            keys,
         ).fetchall():
             row = StatusRow.from_db(found)
             rows[row.message_key] = row
@@ -224,24 +219,26 @@ def _claim_round(
             consumed,
         )
     for part in _chunks(sending):
+        values, params = with_values(_SENDING, part)
         db.exec(
             cur,
-            with_values(_SENDING, len(part))
+            values
             + "UPDATE delivery_status SET status = ?, attempts = v.attempts, lease_until_ms = ?, owner = ?,"
             " unpublished = 0, updated_ms = ?, reason = NULL, not_before_ms = NULL, template = v.template,"
             " template_version = v.template_version, locale = v.locale FROM v"
             " WHERE delivery_status.message_key = v.k",
-            [*(v for row in part for v in row), DeliveryStatus.SENDING.value, now_ms + lease_ms, owner, now_ms],
+            [*params, DeliveryStatus.SENDING.value, now_ms + lease_ms, owner, now_ms],
         )
     for part in _chunks(ruled):
+        values, params = with_values(_RULED, part)
         db.exec(
             cur,
-            with_values(_RULED, len(part))
+            values
             + "UPDATE delivery_status SET status = v.status, attempts = v.attempts, lease_until_ms = 0, owner = ?,"
             " unpublished = 1, updated_ms = ?, reason = v.reason, not_before_ms = v.not_before_ms,"
             " retry_at_ms = NULL, template = v.template, template_version = v.template_version, locale = v.locale"
             " FROM v WHERE delivery_status.message_key = v.k",
-            [*(v for row in part for v in row), owner, now_ms],
+            [*params, owner, now_ms],
         )
     return results
 
@@ -255,33 +252,35 @@ def finish_many(db: Database, requests: Sequence[FinishRequest], *, owner: str) 
     with db.tx() as cur:
         for now_round in _rounds(range(len(requests)), lambda i: requests[i].message_key):
             for part in _chunks(sorted(now_round, key=lambda i: requests[i].message_key)):
-                values = [
-                    v
-                    for r in (requests[i] for i in part)
-                    for v in (
-                        r.message_key,
-                        r.plan.status.value,
-                        r.provider,
-                        r.error,
-                        r.plan.dead_letter.value if r.plan.dead_letter else None,
-                        r.plan.retry_at_ms,
-                        r.now_ms,
-                        r.provider_ref,
-                        r.attempt,
-                    )
-                ]
+                values, params = with_values(
+                    _FINISHED,
+                    [
+                        (
+                            r.message_key,
+                            r.plan.status.value,
+                            r.provider,
+                            r.error,
+                            r.plan.dead_letter.value if r.plan.dead_letter else None,
+                            r.plan.retry_at_ms,
+                            r.now_ms,
+                            r.provider_ref,
+                            r.attempt,
+                        )
+                        for r in (requests[i] for i in part)
+                    ],
+                )
                 done = {
                     row[0]
                     for row in db.exec(
                         cur,
-                        with_values(_FINISHED, len(part))
+                        values
                         + "UPDATE delivery_status SET status = v.status, provider = v.provider,"
                         " last_error = v.last_error, dead_letter = v.dead_letter, retry_at_ms = v.retry_at_ms,"
                         " lease_until_ms = 0, unpublished = 1, updated_ms = v.updated_ms,"
                         " provider_ref = v.provider_ref FROM v WHERE delivery_status.message_key = v.k"
                         " AND delivery_status.status = ? AND delivery_status.attempts = v.attempts"
                         " AND delivery_status.owner = ? RETURNING message_key",
-                        [*values, DeliveryStatus.SENDING.value, owner],
+                        [*params, DeliveryStatus.SENDING.value, owner],
                     ).fetchall()
                 }
                 for i in part:
@@ -311,11 +310,11 @@ def inactive_since_many(db: Database, channel: Channel, addresses: Iterable[str]
     hashes = sorted(by_hash)
     with db.tx(write=False) as cur:
         for part in _chunks(hashes):
-            marks = ", ".join("?" * len(part))
+            marks, params = in_list(part)
             for digest, since in db.exec(
                 cur,
                 f"SELECT address_hash, since_ms FROM inactive_address WHERE channel = ? AND address_hash IN ({marks})",
-                (channel.value, *part),
+                (channel.value, *params),
             ).fetchall():
                 out[by_hash[digest]] = int(since)
     return out

@@ -115,19 +115,49 @@ INDEXES = (
     "CREATE INDEX IF NOT EXISTS delivery_status_by_provider_ref ON delivery_status (provider, provider_ref)",
 )
 
+#: statements a connection keeps prepared: each multi-row statement in each of its sizes
+#: (``statement_rows``), and the rest
+PREPARED_STATEMENTS = 512
+
 #: serialises concurrent CREATE TABLE IF NOT EXISTS on PostgreSQL (which may otherwise collide)
 _SCHEMA_LOCK = 7_262_013
 
 
-def with_values(columns: Sequence[tuple[str, str]], rows: int) -> str:
-    """``WITH v (<names>) AS (VALUES ...)`` of ``rows`` rows of parameters, for one statement
-    that changes many rows (``UPDATE ... FROM v``; SQLite from 3.33). ``columns``: (name, SQL
-    type); the first row's parameters are cast to their types, as PostgreSQL takes a VALUES
-    column's type from its rows (a column of NULL parameters would be text)."""
+def statement_rows(n: int) -> int:
+    """How many rows a multi-row statement for ``n`` is written for: ``n`` rounded up to a power
+    of two. A few statement texts so serve batches of every size, and stay prepared (SQLite's
+    statement cache, psycopg's prepared statements): preparing a statement of a few hundred rows
+    costs more than running it."""
+    return 1 << max(0, n - 1).bit_length()
+
+
+def in_list(values: Sequence[Any]) -> tuple[str, list[Any]]:
+    """``?, ?, ...`` for an ``IN (...)`` of ``values`` (not empty), padded to ``statement_rows``
+    by repeating the first (the same test); and its parameters."""
+    padded = [*values, *[values[0]] * (statement_rows(len(values)) - len(values))]
+    return ", ".join("?" * len(padded)), padded
+
+
+def many_rows(rows: Sequence[Sequence[Any]], template: str) -> tuple[str, list[Any]]:
+    """``template, template, ...`` for a multi-row ``INSERT ... VALUES`` of ``rows`` (not empty;
+    the statement ends ``ON CONFLICT ... DO NOTHING``), padded to ``statement_rows`` by repeating
+    the first row (which then conflicts and changes nothing); and the parameters, flat."""
+    padded = [*rows, *[rows[0]] * (statement_rows(len(rows)) - len(rows))]
+    return ", ".join([template] * len(padded)), [v for row in padded for v in row]
+
+
+def with_values(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]) -> tuple[str, list[Any]]:
+    """``WITH v (<names>) AS (VALUES ...) `` of ``rows`` (not empty), for one statement that
+    changes many rows (``UPDATE ... FROM v WHERE <key> = v.<key>``; SQLite from 3.33), padded to
+    ``statement_rows`` with rows of NULLs (which match no key); and the parameters, flat.
+    ``columns``: (name, SQL type); the first row's parameters are cast to their types, as
+    PostgreSQL takes a VALUES column's type from its rows (a column of NULLs would be text)."""
     first = "(" + ", ".join(f"CAST(? AS {kind})" for _, kind in columns) + ")"
     row = "(" + ", ".join("?" * len(columns)) + ")"
     names = ", ".join(name for name, _ in columns)
-    return f"WITH v ({names}) AS (VALUES {', '.join([first, *[row] * (rows - 1)])}) "
+    n = statement_rows(len(rows))
+    params = [v for r in rows for v in r] + [None] * (len(columns) * (n - len(rows)))
+    return f"WITH v ({names}) AS (VALUES {', '.join([first, *[row] * (n - 1)])}) ", params
 
 
 class Database:
@@ -273,7 +303,9 @@ def _postgres(location: str, password: str | None, connect_timeout_s: int) -> Da
         extra: dict[str, Any] = {"connect_timeout": connect_timeout_s, "application_name": "notify-senders"}
         if password:
             extra["password"] = password
-        return psycopg.connect(location, **extra)
+        conn = psycopg.connect(location, **extra)
+        conn.prepared_max = PREPARED_STATEMENTS
+        return conn
 
     return Database(connect, dialect="postgresql", transient=(psycopg.OperationalError,), where=where)
 
@@ -288,7 +320,11 @@ def _sqlite(location: str, synchronous: str, busy_timeout_ms: int) -> Database:
 
     def connect() -> sqlite3.Connection:
         conn = sqlite3.connect(
-            str(path), timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False
+            str(path),
+            timeout=busy_timeout_ms / 1000,
+            isolation_level=None,
+            check_same_thread=False,
+            cached_statements=PREPARED_STATEMENTS,
         )
         try:
             conn.execute("PRAGMA journal_mode=WAL")

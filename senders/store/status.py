@@ -43,7 +43,7 @@ _COLUMNS = (
 
 #: the published outcomes marked in one statement (``with_values``), (message key, attempt) each
 _PUBLISHED = (("k", "TEXT"), ("attempts", "INTEGER"))
-_PUBLISHED_CHUNK = 1_000
+_PUBLISHED_CHUNK = 1_024
 
 
 def address_hash(channel: Channel, address: str) -> str:
@@ -365,13 +365,12 @@ class StatusStore:
             return
         with self._db.tx() as cur:
             for i in range(0, len(items), _PUBLISHED_CHUNK):
-                part = items[i : i + _PUBLISHED_CHUNK]
+                values, params = with_values(_PUBLISHED, items[i : i + _PUBLISHED_CHUNK])
                 self._db.exec(
                     cur,
-                    with_values(_PUBLISHED, len(part))
-                    + "UPDATE delivery_status SET unpublished = 0 FROM v WHERE delivery_status.message_key = v.k"
+                    values + "UPDATE delivery_status SET unpublished = 0 FROM v WHERE delivery_status.message_key = v.k"
                     " AND delivery_status.attempts = v.attempts AND delivery_status.unpublished <> 0",
-                    [v for item in part for v in item],
+                    params,
                 )
 
     def mark_delivered(self, message_key: str, now_ms: int) -> bool:
