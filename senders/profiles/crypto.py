@@ -108,15 +108,17 @@ class _FernetOpener:
     message's contact costs), then the PKCS7 padding is checked and removed."""
 
     def __init__(self, key: bytes) -> None:
-        self._signing_key, self._encryption_key = key[:16], key[16:]
+        self._mac = hmac.new(key[:16], digestmod=hashlib.sha256)  # copied per token: no digest look-up
+        self._encryption_key = key[16:]
         self._local = threading.local()
 
     def open(self, data: bytes) -> bytes | None:
         """The plaintext of a decoded token, or None when this key does not open it."""
         if len(data) < _DATA_AT + _BLOCK + _MAC or data[0] != _VERSION or (len(data) - _DATA_AT - _MAC) % _BLOCK:
             return None
-        mac = hmac.digest(self._signing_key, memoryview(data)[:-_MAC], "sha256")
-        if not hmac.compare_digest(mac, data[-_MAC:]):
+        mac = self._mac.copy()
+        mac.update(memoryview(data)[:-_MAC])
+        if not hmac.compare_digest(mac.digest(), data[-_MAC:]):
             return None
         ecb = getattr(self._local, "ecb", None)
         if ecb is None:
