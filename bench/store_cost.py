@@ -7,7 +7,7 @@ records encoded) and mark them published (``StatusStore.mark_published``). Every
 step, and the SQL statements each executed per message (SQLite: every statement the library ran,
 each row of an ``executemany`` counted).
 
-    python -m bench.store_cost --messages 6000 --batch 200 [--postgres] [--profile out.prof]
+    python -m bench.store_cost --messages 6000 --batch 200 [--vary] [--postgres] [--profile out.prof]
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
+import random
 import tempfile
 import time
 from collections.abc import Callable
@@ -67,6 +68,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=6000)
     parser.add_argument("--batch", type=int, default=200)
+    parser.add_argument(
+        "--vary", action="store_true", help="batches of 1 to --batch messages (seeded), as a worker's claims come"
+    )
     parser.add_argument("--postgres", action="store_true", help="the status store on a local PostgreSQL")
     parser.add_argument("--profile", help="cProfile the timed steps into this file")
     args = parser.parse_args()
@@ -131,8 +135,12 @@ def main() -> int:
         if profiler is not None:
             profiler.enable()
         sent = AttemptResult(AttemptOutcome.SENT, provider="http", reference="ref")
-        for i in range(0, n, args.batch):
-            jobs = step("claim_batch", handler.claim_batch, deliveries[i : i + args.batch])
+        sizes = random.Random(7)
+        i = 0
+        while i < n:
+            size = sizes.randint(1, args.batch) if args.vary else args.batch
+            jobs = step("claim_batch", handler.claim_batch, deliveries[i : i + size])
+            i += size
             assert all(isinstance(j, SendJob) and j.can_send for j in jobs), jobs[:1]
             done = step("finish_batch", handler.finish_batch, [(job, sent) for job in jobs])
             step("mark_published", store.mark_published, [p for h in done for p in h.published])
@@ -143,7 +151,7 @@ def main() -> int:
             json.dumps(
                 {
                     "messages": n,
-                    "batch": args.batch,
+                    "batch": f"1-{args.batch}" if args.vary else args.batch,
                     "store": store.db.dialect,
                     "cpu_us_per_message": {k: round(v / n * 1e6, 1) for k, v in totals.items()}
                     | {"total": round(sum(totals.values()) / n * 1e6, 1)},
