@@ -18,7 +18,7 @@ from senders.policy.transitions import ClaimDecision, OutcomePlan, check_transit
 from senders.policy.verdict import RuleVerdict
 from senders.rules.limits import CounterState, LimitClaim
 from senders.statuses import ClaimAction, DeliveryStatus, Lane
-from senders.store.db import Database, in_list, many_rows, with_values
+from senders.store.db import Database
 from senders.store.status import _COLUMNS, Rules, StatusRow, address_hash
 
 #: rows per multi-row statement (SQLite allows 32,766 parameters in one)
@@ -106,13 +106,13 @@ def _lock_counters(db: Database, cur: Any, limits: Iterable[LimitClaim], now_ms:
     keys = sorted(expires)
     out = _Units({k: set() for k in keys})
     for part in _chunks(keys):
-        rows, params = many_rows([(k, expires[k]) for k in part], "(?, ?)")
+        rows, params = db.many_rows([(k, expires[k]) for k in part], "(?, ?)")
         db.exec(
             cur,
             f"INSERT INTO limit_counter (counter_key, expires_ms) VALUES {rows} ON CONFLICT (counter_key) DO NOTHING",
             params,
         )
-        marks, keys_in = in_list(part)
+        marks, keys_in = db.in_list(part)
         db.exec(
             cur,
             f"SELECT counter_key FROM limit_counter WHERE counter_key IN ({marks}) ORDER BY counter_key"
@@ -136,7 +136,7 @@ def _rows(
     inserted: set[str] = set()
     rows: dict[str, StatusRow] = {}
     for part in _chunks(ordered):
-        new, values = many_rows(
+        new, values = db.many_rows(
             [
                 (r.message_key, r.notification_id, r.channel.value, r.lane.value, DeliveryStatus.QUEUED.value,
                  now_ms, now_ms, r.user_id)
@@ -152,7 +152,7 @@ def _rows(
             values,
         ).fetchall()
         inserted.update(r[0] for r in made)
-        marks, keys = in_list([r.message_key for r in part])
+        marks, keys = db.in_list([r.message_key for r in part])
         for found in db.exec(
             cur,
             f"SELECT {_COLUMNS} FROM delivery_status WHERE message_key IN ({marks}) ORDER BY message_key"
@@ -219,7 +219,7 @@ def _claim_round(
             consumed,
         )
     for part in _chunks(sending):
-        values, params = with_values(_SENDING, part)
+        values, params = db.with_values(_SENDING, part)
         db.exec(
             cur,
             values
@@ -230,7 +230,7 @@ def _claim_round(
             [*params, DeliveryStatus.SENDING.value, now_ms + lease_ms, owner, now_ms],
         )
     for part in _chunks(ruled):
-        values, params = with_values(_RULED, part)
+        values, params = db.with_values(_RULED, part)
         db.exec(
             cur,
             values
@@ -252,7 +252,7 @@ def finish_many(db: Database, requests: Sequence[FinishRequest], *, owner: str) 
     with db.tx() as cur:
         for now_round in _rounds(range(len(requests)), lambda i: requests[i].message_key):
             for part in _chunks(sorted(now_round, key=lambda i: requests[i].message_key)):
-                values, params = with_values(
+                values, params = db.with_values(
                     _FINISHED,
                     [
                         (
@@ -310,7 +310,7 @@ def inactive_since_many(db: Database, channel: Channel, addresses: Iterable[str]
     hashes = sorted(by_hash)
     with db.tx(write=False) as cur:
         for part in _chunks(hashes):
-            marks, params = in_list(part)
+            marks, params = db.in_list(part)
             for digest, since in db.exec(
                 cur,
                 f"SELECT address_hash, since_ms FROM inactive_address WHERE channel = ? AND address_hash IN ({marks})",

@@ -131,35 +131,6 @@ def statement_rows(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
-def in_list(values: Sequence[Any]) -> tuple[str, list[Any]]:
-    """``?, ?, ...`` for an ``IN (...)`` of ``values`` (not empty), padded to ``statement_rows``
-    by repeating the first (the same test); and its parameters."""
-    padded = [*values, *[values[0]] * (statement_rows(len(values)) - len(values))]
-    return ", ".join("?" * len(padded)), padded
-
-
-def many_rows(rows: Sequence[Sequence[Any]], template: str) -> tuple[str, list[Any]]:
-    """``template, template, ...`` for a multi-row ``INSERT ... VALUES`` of ``rows`` (not empty;
-    the statement ends ``ON CONFLICT ... DO NOTHING``), padded to ``statement_rows`` by repeating
-    the first row (which then conflicts and changes nothing); and the parameters, flat."""
-    padded = [*rows, *[rows[0]] * (statement_rows(len(rows)) - len(rows))]
-    return ", ".join([template] * len(padded)), [v for row in padded for v in row]
-
-
-def with_values(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]) -> tuple[str, list[Any]]:
-    """``WITH v (<names>) AS (VALUES ...) `` of ``rows`` (not empty), for one statement that
-    changes many rows (``UPDATE ... FROM v WHERE <key> = v.<key>``; SQLite from 3.33), padded to
-    ``statement_rows`` with rows of NULLs (which match no key); and the parameters, flat.
-    ``columns``: (name, SQL type); the first row's parameters are cast to their types, as
-    PostgreSQL takes a VALUES column's type from its rows (a column of NULLs would be text)."""
-    first = "(" + ", ".join(f"CAST(? AS {kind})" for _, kind in columns) + ")"
-    row = "(" + ", ".join("?" * len(columns)) + ")"
-    names = ", ".join(name for name, _ in columns)
-    n = statement_rows(len(rows))
-    params = [v for r in rows for v in r] + [None] * (len(columns) * (n - len(rows)))
-    return f"WITH v ({names}) AS (VALUES {', '.join([first, *[row] * (n - 1)])}) ", params
-
-
 class Database:
     """One connection (opened on first use and again after a failure) and its SQL dialect."""
 
@@ -186,6 +157,42 @@ class Database:
 
     def sql(self, text: str) -> str:
         return text.replace("?", "%s") if self.dialect == "postgresql" else text
+
+    # Statements over many rows. SQLite: one row of parameters per item, the rows padded to
+    # ``statement_rows`` so that a few texts serve every batch and stay prepared. PostgreSQL: one
+    # array parameter per column, so that the text is one and short (psycopg parses a statement of
+    # more than 50 parameters in Python on every call, and keeps none of them prepared).
+
+    def in_list(self, values: Sequence[str]) -> tuple[str, list[Any]]:
+        """What goes in ``IN (...)`` for these text ``values`` (not empty), and its parameters."""
+        if self.dialect == "postgresql":
+            return "SELECT unnest(CAST(? AS TEXT[]))", [list(values)]
+        padded = [*values, *[values[0]] * (statement_rows(len(values)) - len(values))]  # the same test
+        return ", ".join("?" * len(padded)), padded
+
+    def many_rows(self, rows: Sequence[Sequence[Any]], template: str) -> tuple[str, list[Any]]:
+        """``template, template, ...`` for a multi-row ``INSERT ... VALUES`` of ``rows`` (not empty;
+        the statement ends ``ON CONFLICT ... DO NOTHING``), and the parameters, flat. SQLite: padded
+        by repeating the first row (which then conflicts and changes nothing)."""
+        if self.dialect == "sqlite":
+            rows = [*rows, *[rows[0]] * (statement_rows(len(rows)) - len(rows))]
+        return ", ".join([template] * len(rows)), [v for row in rows for v in row]
+
+    def with_values(self, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]) -> tuple[str, list[Any]]:
+        """``WITH v (<names>) AS (...) `` of ``rows`` (not empty), for one statement that changes
+        many rows (``UPDATE ... FROM v WHERE <key> = v.<key>``; SQLite from 3.33); and its
+        parameters. ``columns``: (name, SQL type). SQLite: a VALUES list padded with rows of NULLs
+        (which match no key), its first row cast to the types; PostgreSQL: ``unnest`` of one
+        array per column."""
+        names = ", ".join(name for name, _ in columns)
+        if self.dialect == "postgresql":
+            arrays = ", ".join(f"CAST(? AS {kind}[])" for _, kind in columns)
+            return f"WITH v ({names}) AS (SELECT * FROM unnest({arrays})) ", [list(c) for c in zip(*rows, strict=True)]
+        first = "(" + ", ".join(f"CAST(? AS {kind})" for _, kind in columns) + ")"
+        row = "(" + ", ".join("?" * len(columns)) + ")"
+        n = statement_rows(len(rows))
+        params = [v for r in rows for v in r] + [None] * (len(columns) * (n - len(rows)))
+        return f"WITH v ({names}) AS (VALUES {', '.join([first, *[row] * (n - 1)])}) ", params
 
     def exec(self, cur: Any, text: str, params: Iterable[Any] = ()) -> Any:
         cur.execute(self.sql(text), tuple(params))

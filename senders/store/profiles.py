@@ -26,7 +26,7 @@ from senders.profiles.model import STORED, Contacts, Platform, Preferences, Prof
 from senders.profiles.sealed import SealedContact, open_contacts, preferences_document, seal_contacts
 from senders.profiles.updates import add_device, apply_contacts, apply_preferences
 from senders.rules.limits import MARKETING_PREFIX, ONE_TIME_CODE_PREFIX, is_recipients_counter, is_users_counter
-from senders.store.db import Database, in_list
+from senders.store.db import Database
 from senders.store.status import erase_user_rows
 
 _CONTACT_COLUMNS = "channel, position, address_enc, address_hash, verified, active, platform, registered_ms"
@@ -120,7 +120,7 @@ class ProfileStore:
         only = "" if channel is None else " AND channel = ?"
         with self._db.tx(write=False) as cur:
             for i in range(0, len(ids), 500):
-                marks, part = in_list(ids[i : i + 500])
+                marks, part = self._db.in_list(ids[i : i + 500])
                 for user_id, document in self._db.exec(
                     cur, f"SELECT user_id, preferences FROM user_profile WHERE user_id IN ({marks})", part
                 ).fetchall():

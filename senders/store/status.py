@@ -27,7 +27,7 @@ from senders.policy.verdict import RuleVerdict
 from senders.records import TemplateRef
 from senders.rules.limits import CounterState, LimitClaim
 from senders.statuses import FINAL_STATUSES, ClaimAction, DeadLetterReason, DeliveryStatus, Lane
-from senders.store.db import Database, open_database, with_values
+from senders.store.db import Database, open_database
 
 #: the rules' verdict given the state of the counters they consult, and whether the key is new
 #: to the store (never seen, or pruned)
@@ -365,7 +365,7 @@ class StatusStore:
             return
         with self._db.tx() as cur:
             for i in range(0, len(items), _PUBLISHED_CHUNK):
-                values, params = with_values(_PUBLISHED, items[i : i + _PUBLISHED_CHUNK])
+                values, params = self._db.with_values(_PUBLISHED, items[i : i + _PUBLISHED_CHUNK])
                 self._db.exec(
                     cur,
                     values + "UPDATE delivery_status SET unpublished = 0 FROM v WHERE delivery_status.message_key = v.k"
