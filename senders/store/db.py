@@ -198,7 +198,6 @@ class Database:
         cur.execute(self.sql(text), tuple(params))
         return cur
 
-
     def _connection(self) -> Any:
         if self._conn is None:
             try:
