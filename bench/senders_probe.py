@@ -143,7 +143,7 @@ def main() -> int:  # noqa: PLR0915 - one straight run
         if args.postgres:
             from harness.local_postgres import LocalPostgres
 
-            pg = LocalPostgres(home=work / "pg", port=free_port()).start()
+            pg = LocalPostgres(port=free_port()).start()
             store = pg.dsn
         run = uuid.uuid4().hex[:6]
         port = free_port()

@@ -54,6 +54,8 @@ MAX_DOCUMENT_BYTES = 64 * 1024
 MAX_CONTACTS_PER_CHANNEL = 10
 MAX_TOKEN_CHARS = 4096
 MAX_EMAIL_CHARS = 254
+#: the channels, as a tuple (iterating the enum itself costs microseconds every time, per contact read)
+CHANNELS = tuple(Channel)
 
 _HHMM = re.compile(r"([01]\d|2[0-3]):([0-5]\d)")
 _LOCALE = re.compile(r"([A-Za-z]{2,3})((?:-[A-Za-z]{4})?)((?:-(?:[A-Za-z]{2}|\d{3}))?)")
@@ -213,7 +215,7 @@ class Contacts(StrictModel):
 
     @model_validator(mode="after")
     def _distinct(self) -> Contacts:
-        for channel in Channel:
+        for channel in CHANNELS:
             addresses = [c.address for c in self.of(channel)]
             if len(set(addresses)) != len(addresses):
                 raise ValueError(f"{channel.value}: the same address is given twice")

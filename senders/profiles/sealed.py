@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from operators.records import Channel
 from senders.profiles.crypto import ContactCipher
 from senders.profiles.model import (
+    CHANNELS,
     Contacts,
     Preferences,
     Profile,
@@ -65,7 +66,7 @@ def open_contacts(
     """The contacts back from their rows; raises ContactDecryptError or ProfileError.
     ``decrypt``: in place of ``cipher.decrypt`` (one that remembers what it opened)."""
     opened = decrypt or cipher.decrypt
-    by_channel: dict[str, list[dict[str, object]]] = {c.value: [] for c in Channel}
+    by_channel: dict[str, list[dict[str, object]]] = {c.value: [] for c in CHANNELS}
     for row in sorted(rows, key=lambda r: (r.channel.value, r.position)):
         entry: dict[str, object] = {
             "address": opened(row.address_enc),

@@ -9,9 +9,9 @@ processes claiming overlapping batches (a rebalance) wait for each other, never 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from operators.records import Channel
 from senders.policy.transitions import ClaimDecision, OutcomePlan, check_transition, decide_claim
@@ -23,6 +23,8 @@ from senders.store.status import _COLUMNS, Rules, StatusRow, address_hash
 
 #: rows per multi-row statement (SQLite allows 32,766 parameters in one)
 CHUNK = 500
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +57,15 @@ class FinishRequest:
 
 Claimed = tuple[ClaimDecision, StatusRow | None, RuleVerdict | None]
 
+#: the rows a batch's statements change, one VALUES row each (``with_values``): k is the key
+_SENDING = (("k", "TEXT"), ("attempts", "INTEGER"), ("template", "TEXT"), ("template_version", "INTEGER"),
+            ("locale", "TEXT"))
+_RULED = (("k", "TEXT"), ("status", "TEXT"), ("attempts", "INTEGER"), ("reason", "TEXT"),
+          ("not_before_ms", "BIGINT"), ("template", "TEXT"), ("template_version", "INTEGER"), ("locale", "TEXT"))
+_FINISHED = (("k", "TEXT"), ("status", "TEXT"), ("provider", "TEXT"), ("last_error", "TEXT"),
+             ("dead_letter", "TEXT"), ("retry_at_ms", "BIGINT"), ("updated_ms", "BIGINT"), ("provider_ref", "TEXT"),
+             ("attempts", "INTEGER"))
+
 
 @dataclass(slots=True)
 class _Units:
@@ -72,9 +83,19 @@ def _chunks(items: Sequence[Any]) -> Iterable[Sequence[Any]]:
         yield items[i : i + CHUNK]
 
 
-def _marks(n: int, width: int) -> str:
-    row = "(" + ", ".join("?" * width) + ")"
-    return ", ".join([row] * n)
+def _rounds(items: Sequence[T], key: Callable[[T], str]) -> Iterator[list[T]]:
+    """The items in rounds of distinct keys (one round, but for a key twice in the batch): a
+    key's later item comes in a later round, decided after the earlier one's change."""
+    pending = list(items)
+    while pending:
+        now: list[T] = []
+        later: list[T] = []
+        keys: set[str] = set()
+        for item in pending:
+            (later if key(item) in keys else now).append(item)
+            keys.add(key(item))
+        yield now
+        pending = later
 
 
 def _lock_counters(db: Database, cur: Any, limits: Iterable[LimitClaim], now_ms: int) -> _Units:
@@ -85,23 +106,23 @@ def _lock_counters(db: Database, cur: Any, limits: Iterable[LimitClaim], now_ms:
     keys = sorted(expires)
     out = _Units({k: set() for k in keys})
     for part in _chunks(keys):
+        rows, params = db.many_rows([(k, expires[k]) for k in part], "(?, ?)")
         db.exec(
             cur,
-            f"INSERT INTO limit_counter (counter_key, expires_ms) VALUES {_marks(len(part), 2)}"
-            " ON CONFLICT (counter_key) DO NOTHING",
-            [v for k in part for v in (k, expires[k])],
+            f"INSERT INTO limit_counter (counter_key, expires_ms) VALUES {rows} ON CONFLICT (counter_key) DO NOTHING",
+            params,
         )
-        marks = ", ".join("?" * len(part))
+        marks, keys_in = db.in_list(part)
         db.exec(
             cur,
             f"SELECT counter_key FROM limit_counter WHERE counter_key IN ({marks}) ORDER BY counter_key"
             f"{db.for_update}",
-            part,
+            keys_in,
         ).fetchall()
         for key, unit in db.exec(
             cur,
             f"SELECT counter_key, unit FROM limit_unit WHERE counter_key IN ({marks}) AND expires_ms > ?",
-            (*part, now_ms),
+            (*keys_in, now_ms),
         ).fetchall():
             out.units[key].add(unit)
     return out
@@ -115,28 +136,28 @@ def _rows(
     inserted: set[str] = set()
     rows: dict[str, StatusRow] = {}
     for part in _chunks(ordered):
-        values = [
-            v
-            for r in part
-            for v in (
-                r.message_key, r.notification_id, r.channel.value, r.lane.value, DeliveryStatus.QUEUED.value,
-                now_ms, now_ms, r.user_id,
-            )
-        ]
+        new, values = db.many_rows(
+            [
+                (r.message_key, r.notification_id, r.channel.value, r.lane.value, DeliveryStatus.QUEUED.value,
+                 now_ms, now_ms, r.user_id)
+                for r in part
+            ],
+            "(?, ?, ?, ?, ?, 0, ?, ?, ?)",
+        )
         made = db.exec(
             cur,
             "INSERT INTO delivery_status (message_key, notification_id, channel, lane, status, attempts,"
-            f" created_ms, updated_ms, user_id) VALUES {', '.join(['(?, ?, ?, ?, ?, 0, ?, ?, ?)'] * len(part))}"
-            " ON CONFLICT (message_key) DO NOTHING RETURNING message_key",
+            f" created_ms, updated_ms, user_id) VALUES {new} ON CONFLICT (message_key) DO NOTHING"
+            " RETURNING message_key",
             values,
         ).fetchall()
         inserted.update(r[0] for r in made)
-        marks = ", ".join("?" * len(part))
+        marks, keys = db.in_list([r.message_key for r in part])
         for found in db.exec(
             cur,
             f"SELECT {_COLUMNS} FROM delivery_status WHERE message_key IN ({marks}) ORDER BY message_key"
             f"{db.for_update}",
-            [r.message_key for r in part],
+            keys,
         ).fetchall():
             row = StatusRow.from_db(found)
             rows[row.message_key] = row
@@ -150,17 +171,9 @@ def claim_many(
     Two requests of one key: the later one is decided after the earlier one's change."""
     out: list[Claimed | None] = [None] * len(requests)
     with db.tx() as cur:
-        pending = list(enumerate(requests))
-        while pending:  # rounds of distinct keys (one, but for a key twice in the batch)
-            now_round: list[tuple[int, ClaimRequest]] = []
-            later: list[tuple[int, ClaimRequest]] = []
-            keys: set[str] = set()
-            for item in pending:
-                (later if item[1].message_key in keys else now_round).append(item)
-                keys.add(item[1].message_key)
+        for now_round in _rounds(list(enumerate(requests)), lambda item: item[1].message_key):
             for i, claimed in _claim_round(db, cur, now_round, now_ms, lease_ms, owner):
                 out[i] = claimed
-            pending = later
     return [c for c in out if c is not None]
 
 
@@ -189,15 +202,12 @@ def _claim_round(
             for c in verdict.consume:
                 units.units.setdefault(c.key, set()).add(c.unit)
                 consumed.append((c.key, c.unit, c.expires_at_ms))
-            sending.append(
-                (DeliveryStatus.SENDING.value, r.attempt, now_ms + lease_ms, owner, now_ms, *template, r.message_key)
-            )
+            sending.append((r.message_key, r.attempt, *template))
         else:
             assert verdict.status is not None
             check_transition(row.status, verdict.status)
             ruled.append(
-                (verdict.status.value, r.attempt, owner, now_ms, verdict.reason, verdict.not_before_ms, *template,
-                 r.message_key)
+                (r.message_key, verdict.status.value, r.attempt, verdict.reason, verdict.not_before_ms, *template)
             )
         results.append((i, (decision, row, verdict)))
     if consumed:
@@ -208,23 +218,27 @@ def _claim_round(
             ),
             consumed,
         )
-    if sending:
-        cur.executemany(
-            db.sql(
-                "UPDATE delivery_status SET status = ?, attempts = ?, lease_until_ms = ?, owner = ?,"
-                " unpublished = 0, updated_ms = ?, reason = NULL, not_before_ms = NULL,"
-                " template = ?, template_version = ?, locale = ? WHERE message_key = ?"
-            ),
-            sending,
+    for part in _chunks(sending):
+        values, params = db.with_values(_SENDING, part)
+        db.exec(
+            cur,
+            values
+            + "UPDATE delivery_status SET status = ?, attempts = v.attempts, lease_until_ms = ?, owner = ?,"
+            " unpublished = 0, updated_ms = ?, reason = NULL, not_before_ms = NULL, template = v.template,"
+            " template_version = v.template_version, locale = v.locale FROM v"
+            " WHERE delivery_status.message_key = v.k",
+            [*params, DeliveryStatus.SENDING.value, now_ms + lease_ms, owner, now_ms],
         )
-    if ruled:
-        cur.executemany(
-            db.sql(
-                "UPDATE delivery_status SET status = ?, attempts = ?, lease_until_ms = 0, owner = ?,"
-                " unpublished = 1, updated_ms = ?, reason = ?, not_before_ms = ?, retry_at_ms = NULL,"
-                " template = ?, template_version = ?, locale = ? WHERE message_key = ?"
-            ),
-            ruled,
+    for part in _chunks(ruled):
+        values, params = db.with_values(_RULED, part)
+        db.exec(
+            cur,
+            values
+            + "UPDATE delivery_status SET status = v.status, attempts = v.attempts, lease_until_ms = 0, owner = ?,"
+            " unpublished = 1, updated_ms = ?, reason = v.reason, not_before_ms = v.not_before_ms,"
+            " retry_at_ms = NULL, template = v.template, template_version = v.template_version, locale = v.locale"
+            " FROM v WHERE delivery_status.message_key = v.k",
+            [*params, owner, now_ms],
         )
     return results
 
@@ -234,30 +248,43 @@ def finish_many(db: Database, requests: Sequence[FinishRequest], *, owner: str) 
     held the claim (the outcome is recorded), False where the claim was lost."""
     for r in requests:
         check_transition(DeliveryStatus.SENDING, r.plan.status)
+    recorded = [False] * len(requests)
     with db.tx() as cur:
-        done = db.exec_each(
-            cur,
-            "UPDATE delivery_status SET status = ?, provider = ?, last_error = ?, dead_letter = ?,"
-            " retry_at_ms = ?, lease_until_ms = 0, unpublished = 1, updated_ms = ?, provider_ref = ?"
-            " WHERE message_key = ? AND status = ? AND attempts = ? AND owner = ? RETURNING message_key",
-            [
-                (
-                    r.plan.status.value,
-                    r.provider,
-                    r.error,
-                    r.plan.dead_letter.value if r.plan.dead_letter else None,
-                    r.plan.retry_at_ms,
-                    r.now_ms,
-                    r.provider_ref,
-                    r.message_key,
-                    DeliveryStatus.SENDING.value,
-                    r.attempt,
-                    owner,
+        for now_round in _rounds(range(len(requests)), lambda i: requests[i].message_key):
+            for part in _chunks(sorted(now_round, key=lambda i: requests[i].message_key)):
+                values, params = db.with_values(
+                    _FINISHED,
+                    [
+                        (
+                            r.message_key,
+                            r.plan.status.value,
+                            r.provider,
+                            r.error,
+                            r.plan.dead_letter.value if r.plan.dead_letter else None,
+                            r.plan.retry_at_ms,
+                            r.now_ms,
+                            r.provider_ref,
+                            r.attempt,
+                        )
+                        for r in (requests[i] for i in part)
+                    ],
                 )
-                for r in requests
-            ],
-        )
-        recorded = [bool(rows) for rows in done]
+                done = {
+                    row[0]
+                    for row in db.exec(
+                        cur,
+                        values
+                        + "UPDATE delivery_status SET status = v.status, provider = v.provider,"
+                        " last_error = v.last_error, dead_letter = v.dead_letter, retry_at_ms = v.retry_at_ms,"
+                        " lease_until_ms = 0, unpublished = 1, updated_ms = v.updated_ms,"
+                        " provider_ref = v.provider_ref FROM v WHERE delivery_status.message_key = v.k"
+                        " AND delivery_status.status = ? AND delivery_status.attempts = v.attempts"
+                        " AND delivery_status.owner = ? RETURNING message_key",
+                        [*params, DeliveryStatus.SENDING.value, owner],
+                    ).fetchall()
+                }
+                for i in part:
+                    recorded[i] = requests[i].message_key in done
         deactivations = [
             (r.deactivate[0].value, address_hash(*r.deactivate), (r.error or "")[:200], r.now_ms)
             for r, ok in zip(requests, recorded, strict=True)
@@ -283,11 +310,11 @@ def inactive_since_many(db: Database, channel: Channel, addresses: Iterable[str]
     hashes = sorted(by_hash)
     with db.tx(write=False) as cur:
         for part in _chunks(hashes):
-            marks = ", ".join("?" * len(part))
+            marks, params = db.in_list(part)
             for digest, since in db.exec(
                 cur,
                 f"SELECT address_hash, since_ms FROM inactive_address WHERE channel = ? AND address_hash IN ({marks})",
-                (channel.value, *part),
+                (channel.value, *params),
             ).fetchall():
                 out[by_hash[digest]] = int(since)
     return out

@@ -115,8 +115,20 @@ INDEXES = (
     "CREATE INDEX IF NOT EXISTS delivery_status_by_provider_ref ON delivery_status (provider, provider_ref)",
 )
 
+#: statements a connection keeps prepared: each multi-row statement in each of its sizes
+#: (``statement_rows``), and the rest
+PREPARED_STATEMENTS = 512
+
 #: serialises concurrent CREATE TABLE IF NOT EXISTS on PostgreSQL (which may otherwise collide)
 _SCHEMA_LOCK = 7_262_013
+
+
+def statement_rows(n: int) -> int:
+    """How many rows a multi-row statement for ``n`` is written for: ``n`` rounded up to a power
+    of two. A few statement texts so serve batches of every size, and stay prepared (SQLite's
+    statement cache, psycopg's prepared statements): preparing a statement of a few hundred rows
+    costs more than running it."""
+    return 1 << max(0, n - 1).bit_length()
 
 
 class Database:
@@ -146,24 +158,45 @@ class Database:
     def sql(self, text: str) -> str:
         return text.replace("?", "%s") if self.dialect == "postgresql" else text
 
+    # Statements over many rows. SQLite: one row of parameters per item, the rows padded to
+    # ``statement_rows`` so that a few texts serve every batch and stay prepared. PostgreSQL: one
+    # array parameter per column, so that the text is one and short (psycopg parses a statement of
+    # more than 50 parameters in Python on every call, and keeps none of them prepared).
+
+    def in_list(self, values: Sequence[str]) -> tuple[str, list[Any]]:
+        """What goes in ``IN (...)`` for these text ``values`` (not empty), and its parameters."""
+        if self.dialect == "postgresql":
+            return "SELECT unnest(CAST(? AS TEXT[]))", [list(values)]
+        padded = [*values, *[values[0]] * (statement_rows(len(values)) - len(values))]  # the same test
+        return ", ".join("?" * len(padded)), padded
+
+    def many_rows(self, rows: Sequence[Sequence[Any]], template: str) -> tuple[str, list[Any]]:
+        """``template, template, ...`` for a multi-row ``INSERT ... VALUES`` of ``rows`` (not empty;
+        the statement ends ``ON CONFLICT ... DO NOTHING``), and the parameters, flat. SQLite: padded
+        by repeating the first row (which then conflicts and changes nothing)."""
+        if self.dialect == "sqlite":
+            rows = [*rows, *[rows[0]] * (statement_rows(len(rows)) - len(rows))]
+        return ", ".join([template] * len(rows)), [v for row in rows for v in row]
+
+    def with_values(self, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]) -> tuple[str, list[Any]]:
+        """``WITH v (<names>) AS (...) `` of ``rows`` (not empty), for one statement that changes
+        many rows (``UPDATE ... FROM v WHERE <key> = v.<key>``; SQLite from 3.33); and its
+        parameters. ``columns``: (name, SQL type). SQLite: a VALUES list padded with rows of NULLs
+        (which match no key), its first row cast to the types; PostgreSQL: ``unnest`` of one
+        array per column."""
+        names = ", ".join(name for name, _ in columns)
+        if self.dialect == "postgresql":
+            arrays = ", ".join(f"CAST(? AS {kind}[])" for _, kind in columns)
+            return f"WITH v ({names}) AS (SELECT * FROM unnest({arrays})) ", [list(c) for c in zip(*rows, strict=True)]
+        first = "(" + ", ".join(f"CAST(? AS {kind})" for _, kind in columns) + ")"
+        row = "(" + ", ".join("?" * len(columns)) + ")"
+        n = statement_rows(len(rows))
+        params = [v for r in rows for v in r] + [None] * (len(columns) * (n - len(rows)))
+        return f"WITH v ({names}) AS (VALUES {', '.join([first, *[row] * (n - 1)])}) ", params
+
     def exec(self, cur: Any, text: str, params: Iterable[Any] = ()) -> Any:
         cur.execute(self.sql(text), tuple(params))
         return cur
-
-    def exec_each(self, cur: Any, text: str, params: Iterable[Sequence[Any]]) -> list[list[tuple[Any, ...]]]:
-        """One statement with a ``RETURNING`` clause for each set of parameters; the rows each
-        returned (PostgreSQL: pipelined in one round trip)."""
-        items = [tuple(p) for p in params]
-        if not items:
-            return []
-        if self.dialect == "postgresql":
-            cur.executemany(self.sql(text), items, returning=True)
-            out = []
-            while True:
-                out.append(list(cur.fetchall()))
-                if not cur.nextset():
-                    return out
-        return [list(cur.execute(text, p).fetchall()) for p in items]
 
     def _connection(self) -> Any:
         if self._conn is None:
@@ -276,7 +309,9 @@ def _postgres(location: str, password: str | None, connect_timeout_s: int) -> Da
         extra: dict[str, Any] = {"connect_timeout": connect_timeout_s, "application_name": "notify-senders"}
         if password:
             extra["password"] = password
-        return psycopg.connect(location, **extra)
+        conn = psycopg.connect(location, **extra)
+        conn.prepared_max = PREPARED_STATEMENTS
+        return conn
 
     return Database(connect, dialect="postgresql", transient=(psycopg.OperationalError,), where=where)
 
@@ -291,7 +326,11 @@ def _sqlite(location: str, synchronous: str, busy_timeout_ms: int) -> Database:
 
     def connect() -> sqlite3.Connection:
         conn = sqlite3.connect(
-            str(path), timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False
+            str(path),
+            timeout=busy_timeout_ms / 1000,
+            isolation_level=None,
+            check_same_thread=False,
+            cached_statements=PREPARED_STATEMENTS,
         )
         try:
             conn.execute("PRAGMA journal_mode=WAL")

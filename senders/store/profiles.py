@@ -32,6 +32,9 @@ from senders.store.status import erase_user_rows
 _CONTACT_COLUMNS = "channel, position, address_enc, address_hash, verified, active, platform, registered_ms"
 #: the most users ``put_many`` reads and writes with one statement (SQLite's variable limit allows it)
 PUT_GROUP = 500
+#: the most distinct preferences documents a store keeps parsed
+PARSED_DOCUMENTS = 4096
+_UNPARSED = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +73,7 @@ class ProfileStore:
         self._db = db
         self._cipher = cipher
         self._clock_ms = clock_ms
+        self._parsed: dict[str, Preferences | None] = {}  # preferences document -> parsed
 
     @property
     def cipher(self) -> ContactCipher:
@@ -116,8 +120,7 @@ class ProfileStore:
         only = "" if channel is None else " AND channel = ?"
         with self._db.tx(write=False) as cur:
             for i in range(0, len(ids), 500):
-                part = ids[i : i + 500]
-                marks = ", ".join("?" * len(part))
+                marks, part = self._db.in_list(ids[i : i + 500])
                 for user_id, document in self._db.exec(
                     cur, f"SELECT user_id, preferences FROM user_profile WHERE user_id IN ({marks})", part
                 ).fetchall():
@@ -151,11 +154,22 @@ class ProfileStore:
             return plain[token]
 
         contacts = open_contacts([row for row, _ in sealed], self._cipher, decrypt)
+        return ProfileRead(self._preferences(document), contacts, self._registered(sealed, decrypt))
+
+    def _preferences(self, document: str) -> Preferences | None:
+        """A stored preferences document, parsed (None when this code cannot read it); kept by
+        its text, as most users' documents are one of a few (immutable, read the same each time)."""
+        hit = self._parsed.get(document, _UNPARSED)
+        if hit is not _UNPARSED:
+            return hit  # type: ignore[return-value]
         try:
             preferences: Preferences | None = Preferences.model_validate(json.loads(document), context=STORED)
         except ValueError:  # pydantic's ValidationError is one: a document this code cannot read
             preferences = None
-        return ProfileRead(preferences, contacts, self._registered(sealed, decrypt))
+        if len(self._parsed) >= PARSED_DOCUMENTS:
+            self._parsed.clear()
+        self._parsed[document] = preferences
+        return preferences
 
     def get(self, user_id: str) -> Profile | None:
         """The whole profile, or None; raises ProfileError when it cannot be read."""

@@ -41,6 +41,10 @@ _COLUMNS = (
     " template, template_version, locale, provider_ref"
 )
 
+#: the published outcomes marked in one statement (``with_values``), (message key, attempt) each
+_PUBLISHED = (("k", "TEXT"), ("attempts", "INTEGER"))
+_PUBLISHED_CHUNK = 1_024
+
 
 def address_hash(channel: Channel, address: str) -> str:
     return hashlib.sha256(f"{channel.value}:{address}".encode()).hexdigest()
@@ -356,14 +360,18 @@ class StatusStore:
 
     def mark_published(self, published: Iterable[tuple[str, int]]) -> None:
         """The records of these (message key, attempt) outcomes are committed in Kafka."""
-        items = [(key, attempt) for key, attempt in published]
+        items = sorted({(key, attempt) for key, attempt in published})
         if not items:
             return
         with self._db.tx() as cur:
-            cur.executemany(
-                self._db.sql("UPDATE delivery_status SET unpublished = 0 WHERE message_key = ? AND attempts = ?"),
-                items,
-            )
+            for i in range(0, len(items), _PUBLISHED_CHUNK):
+                values, params = self._db.with_values(_PUBLISHED, items[i : i + _PUBLISHED_CHUNK])
+                self._db.exec(
+                    cur,
+                    values + "UPDATE delivery_status SET unpublished = 0 FROM v WHERE delivery_status.message_key = v.k"
+                    " AND delivery_status.attempts = v.attempts AND delivery_status.unpublished <> 0",
+                    params,
+                )
 
     def mark_delivered(self, message_key: str, now_ms: int) -> bool:
         """sent -> delivered, from a provider's delivery receipt."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,13 +19,14 @@ from senders.policy.transitions import OutcomePlan
 from senders.policy.verdict import RuleVerdict
 from senders.profiles.model import parse_profile
 from senders.providers import FakeProvider
-from senders.records import from_channel_record
+from senders.records import TemplateRef, from_channel_record
 from senders.rules.limits import LimitClaim
 from senders.rules.reasons import Reason
 from senders.runtime.dispatch import Dispatcher
 from senders.runtime.handler import DeliveryHandler, Handled, HandlerTopics, SendJob
 from senders.runtime.metrics import Metrics
 from senders.statuses import ClaimAction, DeadLetterReason, DeliveryStatus, Lane
+from senders.store.batches import ClaimRequest, FinishRequest, claim_many, finish_many
 from senders.store.status import StatusStore, open_store
 from tests.senders.conftest import channel_message, profiles_for_tests, rules_for_tests
 
@@ -130,6 +132,65 @@ def test_concurrent_claims_let_exactly_one_through(store_location: str) -> None:
     assert results.count(ClaimAction.CLAIM) == 50
     assert results.count(ClaimAction.WAIT) == 350
 
+
+
+def test_a_batch_changes_the_rows_exactly_as_one_message_at_a_time_does(store: StatusStore) -> None:
+    """``claim_many`` / ``finish_many`` / ``mark_published`` (one statement per kind of change)
+    against ``claim`` / ``finish`` one by one, on keys of their own: a key twice in a batch, a
+    rule's verdict, a lost claim, every kind of outcome (NULLs in every column PostgreSQL types)."""
+    shipped = TemplateRef("order_shipped", 2, "en")
+
+    def rejected(counts: object, first_seen: bool) -> RuleVerdict:
+        return RuleVerdict(DeliveryStatus.REJECTED, "opted_out", template=shipped)
+
+    def send(counts: object, first_seen: bool) -> RuleVerdict:
+        return RuleVerdict(template=shipped)
+
+    claims = [("k1", send), ("k2", None), ("k1", send), ("k3", None), ("k4", rejected), ("k6", None)]
+    finishes = [
+        ("k1", 1, "w1", SENT, "ref-1", None),
+        ("k2", 1, "w1", OutcomePlan(DeliveryStatus.QUEUED, 9000), None, "503"),
+        ("k2", 1, "w1", SENT, None, None),  # twice in one batch: the claim is gone by the second
+        ("k3", 1, "w1", OutcomePlan(DeliveryStatus.FAILED, dead_letter=DeadLetterReason.PERMANENT_FAILURE), None, "400"),
+        ("k5", 1, "w1", SENT, None, None),  # another worker's claim
+        ("k6", 2, "w1", SENT, None, None),  # not this attempt's
+    ]
+    published = [("k1", 1), ("k1", 1), ("k2", 1), ("k3", 2), ("k4", 1)]
+
+    for prefix in "ab":
+        _claim(store, key=f"{prefix}k5", owner="w2")
+    one = [
+        store.claim(message_key=f"a{k}", notification_id="n", channel=SMS, lane=NORMAL, attempt=1, now_ms=1000,
+                    lease_ms=500, owner="w1", user_id="u", rules=rules)
+        for k, rules in claims
+    ]
+    batch = claim_many(
+        store.db,
+        [ClaimRequest(f"b{k}", "n", SMS, NORMAL, 1, "u", rules) for k, rules in claims],
+        now_ms=1000, lease_ms=500, owner="w1",
+    )
+    assert [(d.action, v) for d, _, v in batch] == [(d.action, v) for d, _, v in one]
+    assert [d.action for d, _, _ in batch][:3] == [ClaimAction.CLAIM, ClaimAction.CLAIM, ClaimAction.WAIT]
+    one_done = [
+        store.finish(message_key=f"a{k}", attempt=a, owner=o, plan=plan, provider="p", error=err, now_ms=1100,
+                     provider_ref=ref)
+        for k, a, o, plan, ref, err in finishes
+    ]
+    batch_done = finish_many(
+        store.db,
+        [FinishRequest(f"b{k}", a, plan, "p", err, 1100, provider_ref=ref) for k, a, _, plan, ref, err in finishes],
+        owner="w1",
+    )
+    assert batch_done == one_done == [True, True, False, True, False, False]
+    for key, attempt in published:
+        store.mark_published([(f"a{key}", attempt)])
+    store.mark_published([(f"b{key}", attempt) for key, attempt in published])
+    rows = {r.message_key: r for r in store.rows()}
+    assert len(rows) == 12
+    for k in ("k1", "k2", "k3", "k4", "k5", "k6"):
+        a, b = rows[f"a{k}"], rows[f"b{k}"]
+        assert replace(b, message_key=a.message_key) == a, k
+    assert [rows[f"b{k}"].unpublished for k in ("k1", "k2", "k3", "k4")] == [False, False, True, False]
 
 # -- the handler -----------------------------------------------------------------------------------
 

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import hashlib
+import hmac
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from cryptography.fernet import Fernet
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+from cryptography.hazmat.primitives import padding
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from pydantic import SecretStr
 
 from operators.errors import ConfigError
@@ -41,6 +48,82 @@ def test_tampered_or_garbage_values_do_not_decrypt() -> None:
         with pytest.raises(ContactDecryptError):
             cipher.rotate(garbage)
         assert not cipher.is_current(garbage)
+
+
+
+def _signed(key: str, version: int, iv: bytes, ciphertext: bytes) -> str:
+    """A token with a valid HMAC under ``key`` around any bytes (what only the key's holder makes)."""
+    raw = base64.urlsafe_b64decode(key)
+    body = bytes([version]) + (1).to_bytes(8, "big") + iv + ciphertext
+    return base64.urlsafe_b64encode(body + hmac.digest(raw[:16], body, hashlib.sha256)).decode()
+
+
+def _cbc(key: str, iv: bytes, plain: bytes) -> bytes:
+    encryptor = Cipher(algorithms.AES(base64.urlsafe_b64decode(key)[16:]), modes.CBC(iv)).encryptor()
+    return encryptor.update(plain) + encryptor.finalize()
+
+
+def _fernet(keys: list[str], token: str) -> str | None:
+    try:
+        return MultiFernet([Fernet(k) for k in keys]).decrypt(token.encode("ascii")).decode("utf-8")
+    except (InvalidToken, UnicodeError):
+        return None
+
+
+def _ours(cipher: ContactCipher, token: str) -> str | None:
+    try:
+        return cipher.decrypt(token)
+    except ContactDecryptError:
+        return None
+
+
+def test_decryption_agrees_with_fernet_on_every_token() -> None:
+    """``decrypt`` opens a token exactly when ``cryptography``'s Fernet does, to the same text:
+    every length of address, either key, each byte of a token flipped, valid HMACs around a bad
+    version, a ciphertext of no or part of a block, bad padding, bytes that are not UTF-8."""
+    both = ContactCipher([NEW, OLD], [LOOKUP])
+    keys = [NEW, OLD]
+    tokens = [Fernet(k).encrypt(("é" * n + "a" * (n % 7)).encode()).decode() for k in keys for n in range(0, 40, 3)]
+    token = tokens[3]
+    raw = bytearray(base64.urlsafe_b64decode(token))
+    for i in range(len(raw)):
+        flipped = bytearray(raw)
+        flipped[i] ^= 0x01
+        tokens.append(base64.urlsafe_b64encode(bytes(flipped)).decode())
+    tokens.append(base64.urlsafe_b64encode(bytes(raw[:-1])).decode())
+    signed_at = len(tokens)
+    iv = os.urandom(16)
+    pad = padding.PKCS7(128).padder()
+    good = pad.update(b"a@example.com") + pad.finalize()
+    tokens += [
+        _signed(NEW, 0x80, iv, _cbc(NEW, iv, good)),  # as Fernet makes them
+        _signed(NEW, 0x81, iv, _cbc(NEW, iv, good)),  # another version
+        _signed(NEW, 0x80, iv, b""),  # no ciphertext
+        _signed(NEW, 0x80, iv, _cbc(NEW, iv, good)[:-1]),  # part of a block
+        _signed(NEW, 0x80, iv, _cbc(NEW, iv, b"a" * 16)),  # padding byte 0x61
+        _signed(NEW, 0x80, iv, _cbc(NEW, iv, b"a" * 15 + b"\x00")),  # padding byte 0
+        _signed(NEW, 0x80, iv, _cbc(NEW, iv, b"a" * 14 + b"\x01\x02")),  # 2, but 1 before it
+        _signed(OLD, 0x80, iv, _cbc(OLD, iv, b"\xff" * 15 + b"\x01")),  # not UTF-8
+        _signed(OLD, 0x80, iv, _cbc(OLD, iv, b"\x10" * 16)),  # a whole block of padding: empty
+        "", "not a token", "é", token + "=", token.replace("-", "+"),
+    ]
+    results = [(_ours(both, t), _fernet(keys, t)) for t in tokens]
+    assert all(ours == theirs for ours, theirs in results), [t for t, r in zip(tokens, results, strict=True) if r[0] != r[1]]
+    opened = [i for i, (ours, _) in enumerate(results) if ours is not None]
+    # the encrypted ones, the one made as Fernet does, the empty one, a token spelt two more ways
+    assert opened == [*range(28), signed_at, signed_at + 8, len(tokens) - 2, len(tokens) - 1]
+    assert _ours(ContactCipher([NEW], [LOOKUP]), tokens[0]) == "" and _ours(ContactCipher([OLD], [LOOKUP]), tokens[0]) is None
+
+
+
+def test_decryption_from_many_threads_at_once() -> None:
+    """The workers' store threads share a cipher (each thread decrypts with its own context)."""
+    cipher = ContactCipher([NEW], [LOOKUP])
+    addresses = [f"user{n}@example.com" for n in range(300)]
+    tokens = [cipher.encrypt(a) for a in addresses]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: [cipher.decrypt(t) for t in tokens], range(8)))
+    assert results == [addresses] * 8
 
 
 def test_the_lookup_hash_is_keyed_and_normalized() -> None:
