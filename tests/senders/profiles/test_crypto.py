@@ -117,7 +117,7 @@ def test_decryption_agrees_with_fernet_on_every_token() -> None:
 
 
 def test_decryption_from_many_threads_at_once() -> None:
-    """The workers' store threads share a cipher (each thread decrypts with its own context)."""
+    """The workers' store threads share one cipher."""
     cipher = ContactCipher([NEW], [LOOKUP])
     addresses = [f"user{n}@example.com" for n in range(300)]
     tokens = [cipher.encrypt(a) for a in addresses]
