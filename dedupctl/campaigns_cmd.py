@@ -115,8 +115,7 @@ def _client(cfg: Settings, args: argparse.Namespace) -> CampaignsClient:
     if not token:
         raise ConfigError(f"api campaigns: give the caller's token in ${TOKEN_ENV} (or --token); it needs the"
                           " campaigns scope (support:read for --support)")
-    host = "127.0.0.1" if cfg.api.host in ("", "0.0.0.0", "::") else cfg.api.host  # noqa: S104 - not a bind
-    return CampaignsClient(args.url or f"http://{host}:{cfg.api.port}", token)
+    return CampaignsClient(args.url or cfg.api.local_url(), token)
 
 
 def _params(pairs: list[str] | None) -> dict[str, str]:

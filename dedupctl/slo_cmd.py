@@ -30,8 +30,7 @@ def register(sub: Any) -> None:
 
 
 def _targets(cfg: Settings, args: argparse.Namespace) -> dict[str, list[str]]:
-    host = "127.0.0.1" if cfg.api.host in ("", "0.0.0.0", "::") else cfg.api.host  # noqa: S104 - not a bind
-    api = args.api or f"http://{host}:{cfg.api.port}/metrics"
+    api = args.api or f"{cfg.api.local_url()}/metrics"
     senders = args.senders or ([f"http://127.0.0.1:{cfg.senders.metrics_port}/metrics"]
                                if cfg.senders.metrics_port else [])
     return {API: [api], SENDERS: senders}

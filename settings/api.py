@@ -159,6 +159,12 @@ class ApiSettings(Section):
             raise ValueError("must be positive")
         return value
 
+    def local_url(self) -> str:
+        """Where a tool on this host reaches the API: ``http://<host>:<port>``, loopback when the
+        API listens on every address."""
+        host = "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host  # noqa: S104 - not a bind
+        return f"http://{host}:{self.port}"
+
     def webhook_secret_map(self) -> dict[str, bytes]:
         """provider -> its receipts' secret; a ConfigError-worthy entry raises ValueError (no value quoted)."""
         if self.webhook_secrets is None:
