@@ -34,7 +34,7 @@ from api.producer import NotAcknowledged
 from api.services import Services, services
 from api.store import RequestRecord
 from api.users import check_user
-from operators.tracing import CALLER, NOTIFICATION_ID, sampled, valid_traceparent
+from operators.tracing import CALLER, NOTIFICATION_ID, unsampled
 from senders.errors import StoreUnavailableError
 from senders.store.profiles import ProfileRead
 
@@ -145,7 +145,7 @@ async def notify(
     carries on to the job and the senders."""
     if not s.tracing.on:
         return await _notify(s, caller, body, idempotency_key, dedup_namespace)
-    if valid_traceparent(traceparent) is not None and not sampled(traceparent):
+    if unsampled(traceparent):
         # the caller's trace is not kept: its context goes on in the record as it came, no span
         return await _notify(s, caller, body, idempotency_key, dedup_namespace, traceparent)
     with s.tracing.span(f"POST {ROUTE}", parent=traceparent, kind="server",

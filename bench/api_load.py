@@ -24,7 +24,8 @@ import time
 import uuid
 from typing import Any
 
-#: seconds between progress lines during a phase
+#: seconds between the progress lines of a benchmark's long waits (this module's phases, and
+#: bench.slo's, bench.slo_load's and bench.senders')
 PROGRESS_S = 5.0
 
 

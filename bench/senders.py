@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import senders_report as report
+from bench.api_load import PROGRESS_S
 from bench.measure import git_info, machine_info
 from bench.push_protocols import PUSH_PROTOCOLS, push_settings, write_push_keys
 from bench.senders_env import Environment
@@ -387,10 +388,6 @@ class SenderProc:
                 return str(reply.read().decode("utf-8"))
         except OSError:
             return None
-
-
-#: seconds between the progress lines of a phase that is being waited for
-PROGRESS_S = 5.0
 
 
 def _wait_for(done: Any, deadline: float, procs: Sequence[SenderProc], notes: list[str],

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import slo_report as report
+from bench.api_load import PROGRESS_S
 from bench.measure import ProcSampler, git_info, machine_info
 from bench.slo_load import codes_in
 from bench.stubs.process import StubProcess, raise_fd_limit
@@ -51,7 +52,6 @@ from bench.systems import Proc
 from settings import REPO_ROOT, Settings
 
 CALLER = "bench"
-PROGRESS_S = 5.0
 #: rate -> accept p99 it must stay under (ms), the issue's targets
 ACCEPT_TARGETS_MS = {1000.0: 50.0, 2000.0: 100.0}
 #: kind -> API call -> provider p99 it must stay within during the flood (ms)

@@ -30,9 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.api_load import Connection
+from bench.api_load import PROGRESS_S, Connection
 
-PROGRESS_S = 5.0
 REPEAT_DISTANCE = 1004  # a mix's repeat repeats the request this many before it (an order)
 MIX_PERIOD = 10
 

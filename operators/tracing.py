@@ -52,6 +52,11 @@ def sampled(traceparent: str | None) -> bool:
     return valid_traceparent(traceparent) is not None and bool(int(traceparent[-2:], 16) & 1)  # type: ignore[index]
 
 
+def unsampled(traceparent: str | None) -> bool:
+    """A valid traceparent whose trace is not kept: passed on as it came, without a span."""
+    return valid_traceparent(traceparent) is not None and not sampled(traceparent)
+
+
 def valid_traceparent(value: str | None) -> str | None:
     """``value`` when it has a traceparent's shape (version 00, lower-case hex, ids not all zero),
     else None: a malformed header starts a new trace rather than failing the request."""
@@ -121,7 +126,7 @@ class Tracing:
         decision). Its context as a traceparent; None when off."""
         if self.tracer is None:
             return None
-        if valid_traceparent(parent) is not None and not sampled(parent):
+        if unsampled(parent):
             return parent  # a trace not kept: passed on as it came, without the SDK's cost (~30 us)
         from opentelemetry.trace import set_span_in_context
 
