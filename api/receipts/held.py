@@ -94,31 +94,39 @@ class Released:
 
 def release(
     db: Database, cipher: ContactCipher, schemes: Mapping[str, ReceiptScheme], now_ms: int, ttl_ms: int,
-    limit: int = 500,
+    page: int = 500,
 ) -> Released:
-    """Apply the oldest ``limit`` held events whose message is recorded now; drop those past
-    ``ttl_ms``. Each event's steps are idempotent, so an event applied again after a crash
-    between its steps and its row's deletion changes nothing."""
-    with db.tx(write=False) as cur:
-        rows = db.exec(
-            cur,
-            "SELECT provider, provider_ref, kind, event, received_ms FROM api_held_receipt"
-            " ORDER BY received_ms LIMIT ?",
-            (limit,),
-        ).fetchall()
+    """Apply every held event whose message is recorded now, oldest first, ``page`` rows read at a
+    time (so events still waiting never hide newer ones); drop those past ``ttl_ms``. Each event's
+    steps are idempotent, so an event applied again after a crash between its steps and its row's
+    deletion changes nothing."""
     applied: list[Applied] = []
     dropped = waiting = 0
-    for provider, reference, kind, text, received_ms in rows:
-        scheme = schemes.get(provider)
-        result = None if scheme is None else apply_event(db, cipher, provider, scheme, event_of(text, cipher), now_ms)
-        if result is not None and not result.missing:
-            applied.append(result)
-        elif scheme is not None and received_ms > now_ms - ttl_ms:
-            waiting += 1
-            continue
-        else:
-            dropped += 1
-        with db.tx() as cur:
-            db.exec(cur, "DELETE FROM api_held_receipt WHERE provider = ? AND provider_ref = ? AND kind = ?",
-                    (provider, reference, kind))
-    return Released(applied, dropped, waiting)
+    after: tuple[int, str, str, str] = (-1, "", "", "")
+    while True:
+        with db.tx(write=False) as cur:
+            rows = db.exec(
+                cur,
+                "SELECT provider, provider_ref, kind, event, received_ms FROM api_held_receipt"
+                " WHERE (received_ms, provider, provider_ref, kind) > (?, ?, ?, ?)"
+                " ORDER BY received_ms, provider, provider_ref, kind LIMIT ?",
+                (*after, page),
+            ).fetchall()
+        for provider, reference, kind, text, received_ms in rows:
+            scheme = schemes.get(provider)
+            result = None if scheme is None else apply_event(db, cipher, provider, scheme, event_of(text, cipher),
+                                                             now_ms)
+            if result is not None and not result.missing:
+                applied.append(result)
+            elif scheme is not None and received_ms > now_ms - ttl_ms:
+                waiting += 1
+                continue
+            else:
+                dropped += 1
+            with db.tx() as cur:
+                db.exec(cur, "DELETE FROM api_held_receipt WHERE provider = ? AND provider_ref = ? AND kind = ?",
+                        (provider, reference, kind))
+        if len(rows) < page:
+            return Released(applied, dropped, waiting)
+        last = rows[-1]
+        after = (int(last[4]), str(last[0]), str(last[1]), str(last[2]))

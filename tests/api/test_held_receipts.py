@@ -1,4 +1,4 @@
-"""Held receipts on a real SQLite store: kept once, the address encrypted, applied when the message
+"""Held receipts on a real store (SQLite and PostgreSQL): kept once, the address encrypted, applied when the message
 is recorded as sent, dropped past their time or when their provider is gone."""
 
 from __future__ import annotations
@@ -23,10 +23,13 @@ EVENT = ReceiptEvent(reference="SM1", status=DeliveryStatus.FAILED, kind="undeli
                      reason="twilio 30005 undelivered", address="+15550001111", deactivate=True)
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    store = open_store(str(tmp_path / "s.sqlite3"), synchronous="NORMAL")  # the senders' tables
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    location = str(tmp_path / "s.sqlite3") if request.param == "sqlite" else request.getfixturevalue("postgres_dsn")
+    store = open_store(location, synchronous="NORMAL")  # the senders' tables
     prepare(store.db)  # the API's
+    with store.db.tx() as cur:  # a PostgreSQL store is the session's: this test's rows only
+        store.db.exec(cur, "DELETE FROM api_held_receipt", ())
     yield store.db
     store.close()
 
@@ -52,3 +55,16 @@ def test_an_event_of_a_provider_no_longer_configured_is_dropped(db: Database) ->
     hold(db, CIPHER, "twilio", EVENT, 1_000)
     out = release(db, CIPHER, {}, 2_000, DAY_MS)
     assert (out.applied, out.dropped, held_count(db)) == ([], 1, 0)
+
+
+def test_events_still_waiting_never_hide_newer_ones(db: Database) -> None:
+    """A round reads every held event, a page at a time: the oldest waiting do not keep the rest
+    from being looked at (here, every one past its time is dropped in one round of pages of 2)."""
+    schemes = {"twilio": TwilioReceipts(SecretStr("tok"), "http://127.0.0.1/webhooks/twilio", "AC1")}
+    for n in range(5):
+        hold(db, CIPHER, "twilio", ReceiptEvent(reference=f"SM{n}", status=DeliveryStatus.DELIVERED, kind="delivered"),
+             1_000 + n)
+    waiting = release(db, CIPHER, schemes, 1_002 + DAY_MS, DAY_MS, page=2)
+    assert (waiting.dropped, waiting.waiting, held_count(db)) == (3, 2, 2)  # received at 1,000 to 1,002: past
+    gone = release(db, CIPHER, schemes, 1_004 + DAY_MS, DAY_MS, page=2)
+    assert (gone.dropped, gone.waiting, held_count(db)) == (2, 0, 0)
