@@ -74,6 +74,11 @@ def test_create_watch_pause_and_resume_a_campaign_from_the_command_line(kafka_bo
         assert dedupctl(api, growth, "watch", second, "--interval", "0.3").stdout.splitlines()[-1] == (
             f"{second}  done       60 / 60 written (100.0%)")
 
+        # bad arguments: said before anything is sent (2)
+        bad = dedupctl(api, growth, "create", "--template", "eid_sale", "--segment", "u1", "--param", "pct")
+        assert bad.returncode == 2 and "--param is NAME=VALUE" in bad.stderr
+        both = dedupctl(api, growth, "create", "--template", "eid_sale", "--segment", "u1", "--segment-file", "f.txt")
+        assert both.returncode == 2 and "one of them" in both.stderr
         # refusals: no token (2), a caller without the campaigns scope (1, the API's 403), an unknown id
         assert dedupctl(api, None, "watch", second).returncode == 2
         shop = api.token("shop")
