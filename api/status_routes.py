@@ -7,6 +7,9 @@ the answer gave); a notification of another caller is not found (404, as one tha
 exist). ``GET /v1/support/notifications/{id}`` takes any notification id or full dedup key
 (``shop/evt-2``), including those of requests written to Kafka by other producers, which only
 the senders' records know. Keys may hold ``/``: the route takes the rest of the path.
+
+A read first waits for the requests this process answered to be stored (``StoreWriter.caught_up``);
+one read by another API process may not find a request answered in the last round (milliseconds).
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ router = APIRouter()
 Id = Annotated[str, Path(min_length=1, max_length=1024)]
 Limit = Annotated[int, Query(ge=1, le=200)]
 NOT_FOUND = "no notification has this id or dedup key"
+#: the longest a read waits for this process's store writer to store the answers it gave before
+#: (api.writer): a status read right after a 202 finds the request
+CATCH_UP_S = 1.0
 
 
 def own_keys(caller: Caller, ident: str) -> list[str]:
@@ -97,6 +103,7 @@ def find_any(db: Database, ident: str) -> NotificationStatus | None:
 async def get_notification(notification_id: Id, request: Request) -> NotificationStatus:
     s = services(request)
     caller: Caller = request.state.caller
+    await s.writer.caught_up(CATCH_UP_S)
     found = await s.pool.run(lambda db: find_own(db, caller, notification_id))
     if found is None:
         raise not_found(NOT_FOUND)
@@ -111,6 +118,7 @@ async def get_notification(notification_id: Id, request: Request) -> Notificatio
 )
 async def support_notification(notification_id: Id, request: Request) -> NotificationStatus:
     s = services(request)
+    await s.writer.caught_up(CATCH_UP_S)
     found = await s.pool.run(lambda db: find_any(db, notification_id))
     if found is None:
         raise not_found(NOT_FOUND)
@@ -136,6 +144,7 @@ async def user_notifications(user_id: UserId, request: Request, limit: Limit = 5
     s = services(request)
     check_user(s, user_id)
     caller: Caller = request.state.caller
+    await s.writer.caught_up(CATCH_UP_S)
     return await s.pool.run(lambda db: _user_notifications(db, user_id, limit, caller.name))
 
 
@@ -148,4 +157,5 @@ async def user_notifications(user_id: UserId, request: Request, limit: Limit = 5
 async def support_user_notifications(user_id: UserId, request: Request, limit: Limit = 50) -> UserNotifications:
     s = services(request)
     check_user(s, user_id)
+    await s.writer.caught_up(CATCH_UP_S)
     return await s.pool.run(lambda db: _user_notifications(db, user_id, limit, None))

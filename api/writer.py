@@ -12,8 +12,10 @@ for another one's write lock (it sleeps 1, 2, 5, 10 ms... between tries). A roun
 completions, retried after a pause that doubles up to 2 s.
 
 Until its round is stored, a request's answer is held here (``answer_of``), so the same key again
-in this process gets it. A process that dies before then leaves those keys pending: after the
-stale time a retry writes the request again, and the dedup job suppresses the repeat.
+in this process gets it, and a read of the store waits for the rounds holding the answers given
+before it (``caught_up``): a status read after a 202 from this process finds the request. A
+process that dies before then leaves those keys pending: after the stale time a retry writes the
+request again, and the dedup job suppresses the repeat.
 """
 
 from __future__ import annotations
@@ -68,6 +70,9 @@ class StoreWriter:
         self._waiting: list[_Waiting] = []
         self._pending: dict[str, Completion] = {}
         self._order: list[str] = []
+        self._seq = 0  # completions handed in so far
+        self._seq_of: dict[str, int] = {}  # a held completion's place in that count
+        self._catching_up: list[tuple[int, asyncio.Future[None], asyncio.AbstractEventLoop]] = []
         self._releases: list[Release] = []
         self._cond = threading.Condition()
         self._stopping = False
@@ -90,6 +95,8 @@ class StoreWriter:
     def complete(self, key: str, answer: dict[str, Any], record: RequestRecord) -> None:
         with self._cond:
             self._pending[key] = (key, answer, record)
+            self._seq += 1
+            self._seq_of[key] = self._seq
             self._order.append(key)
             self._cond.notify()
 
@@ -104,6 +111,21 @@ class StoreWriter:
         if found is None or (notification_id is not None and found[2].notification_id != notification_id):
             return None
         return found[1]
+
+    async def caught_up(self, timeout_s: float) -> None:
+        """Return once the answers completed before this call are stored, or after ``timeout_s``
+        (the store not answering: the read then sees what is stored)."""
+        loop = asyncio.get_running_loop()
+        with self._cond:
+            if not self._pending:
+                return
+            future: asyncio.Future[None] = loop.create_future()
+            self._catching_up.append((self._seq, future, loop))
+        try:
+            await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            with self._cond:
+                self._catching_up = [w for w in self._catching_up if w[1] is not future]
 
     # -- the writer's thread -----------------------------------------------------------------------
 
@@ -131,8 +153,19 @@ class StoreWriter:
                 held = self._pending.get(key)
                 if held is not None and held[2].notification_id == record.notification_id:
                     del self._pending[key]
+                    del self._seq_of[key]
             taken = {k for k, _, _ in completions}
             self._order = [k for k in self._order if k not in taken or k in self._pending]
+            done: list[tuple[int, asyncio.Future[None], asyncio.AbstractEventLoop]] = []
+            if self._catching_up:
+                floor = min(self._seq_of.values(), default=self._seq + 1)
+                done = [w for w in self._catching_up if w[0] < floor]
+                self._catching_up = [w for w in self._catching_up if w[0] >= floor]
+        for _, future, loop in done:
+            try:
+                loop.call_soon_threadsafe(_settle_none, future)
+            except RuntimeError:  # the loop is closed: nobody waits any more
+                pass
 
     def _failed(self, releases: list[Release], pause: float) -> None:
         with self._cond:
@@ -185,6 +218,11 @@ class StoreWriter:
             self._stopping = True
             self._cond.notify()
         self._thread.join(timeout_s)
+
+
+def _settle_none(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _answer(results: list[tuple[_Waiting, Reply | BaseException]]) -> None:

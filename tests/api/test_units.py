@@ -17,7 +17,7 @@ from api.store import RequestRecord, prune, request_by_id
 from api.tables import prepare
 from api.tokens import create_caller, lookup, token_hash
 from operators.records import Category, Channel, Priority
-from senders.profiles.model import parse_profile
+from senders.profiles.model import Contacts, Preferences, parse_profile
 from senders.store.db import open_database
 from senders.store.profiles import ProfileRead
 from senders.templates.catalog import load_catalog
@@ -149,3 +149,55 @@ def test_expiring_keeps_entries_for_their_time_and_within_its_bound() -> None:
     never: Expiring[str, int] = Expiring(0.0)
     never.put("a", 1)
     assert never.get("a") is None
+
+
+def test_a_read_waits_for_the_writers_round_holding_the_answers_given_before_it(tmp_path: Path) -> None:
+    import asyncio
+    import threading
+
+    from api.idempotency import Reserve, Terms
+    from api.writer import StoreWriter
+
+    location = str(tmp_path / "w.sqlite3")
+    setup = open_database(location, synchronous="NORMAL")
+    prepare(setup)
+    setup.close()
+    held = threading.Event()  # the writer's next round waits for this
+
+    def terms() -> Terms:
+        held.wait(10)
+        return Terms(int(time.time() * 1000), 60_000, 10_000)
+
+    writer = StoreWriter(lambda: open_database(location, synchronous="NORMAL"), terms,
+                         lambda db, user: ProfileRead(Preferences(), Contacts()))
+    reader = open_database(location, synchronous="NORMAL")
+
+    async def scenario() -> None:
+        held.set()
+        reserved, _ = await writer.reserve(Reserve("k1", "fp", "n1", "u1"))
+        assert reserved.outcome is Reservation.NEW
+        held.clear()
+        await writer.caught_up(0.5)  # nothing held: at once
+        now = int(time.time() * 1000)
+        writer.complete("k1", {"id": "n1"}, RequestRecord("n1", "shop/k1", "u1", "t", ("sms",), "normal", "shop",
+                                                          now, now, 0, 1))
+        waiting = asyncio.ensure_future(writer.caught_up(5.0))
+        await asyncio.sleep(0.3)
+        assert not waiting.done() and request_by_id(reader, "n1") is None  # its round has not run
+        held.set()
+        await asyncio.wait_for(waiting, 5.0)
+        assert request_by_id(reader, "n1") is not None  # returned only once the record was stored
+        held.clear()
+        writer.complete("k2", {"id": "n2"}, RequestRecord("n2", "shop/k2", "u1", "t", ("sms",), "normal", "shop",
+                                                          now, now, 0, 2))
+        started = time.monotonic()
+        await writer.caught_up(0.2)  # a store that does not answer: the read goes on after the timeout
+        assert 0.2 <= time.monotonic() - started < 2.0
+        held.set()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        held.set()
+        writer.stop(5.0)
+        reader.close()
