@@ -1,5 +1,6 @@
 """Campaigns: one request per user of a segment, ``dedup_key`` ``<campaign_id>:<user_id>``, on the
-normal lane, paced at the campaign's rate, pausable, resumed after a restart of the API.
+normal lane, paced at the campaign's rate and held while the senders are behind on its channels
+(``api.backlog``), pausable, resumed after a restart of the API.
 
 Each batch of requests is written in one Kafka transaction together with the campaign's new
 position (a record keyed by the campaign id in ``api.campaigns_topic``). A campaign's producer has
@@ -25,6 +26,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from api.accept import build_request
+from api.backlog import Gate
 from operators.limits import RequestLimits
 from operators.records import Category, Priority
 from operators.tracing import CAMPAIGN_BATCH_SPAN, CAMPAIGN_ID, OFF, AttributeValue, Tracing
@@ -211,6 +213,10 @@ class RunnerContext:
     kafka_timeout_s: float = 30.0
     #: a span per batch (``campaign batch``), whose context its requests carry to the job and senders
     tracing: Tracing = OFF
+    #: the messages waiting for the senders on the normal lanes of some channels (``api.backlog``),
+    #: None when unknown; with ``max_backlog`` > 0 a batch waits while they are more than that
+    backlog: Callable[[Sequence[str]], int | None] | None = None
+    max_backlog: int = 0
 
 
 class Runner:
@@ -272,9 +278,13 @@ class Runner:
                 set_state(db, c.campaign_id, "running", ("scheduled",), _now_ms())
             per_batch = max(1, int(c.rate_per_sec * ctx.batch_ms / 1000))
             bucket = TokenBucket(RateLimit(c.rate_per_sec, per_batch), time.monotonic())
+            gate = Gate(ctx.backlog, ctx.max_backlog) if ctx.backlog is not None else None
             while position < c.total:
                 if self._manager.stopping.is_set() or not self._keep_going(db):
                     return True
+                if gate is not None and (hold := gate.hold_s(c.channels)) > 0:
+                    self._manager.stopping.wait(hold)  # the senders are behind: the rest waits here
+                    continue
                 users = users_from(db, c.campaign_id, position, min(per_batch, c.total - position))
                 wait = bucket.reserve(time.monotonic(), max(1, len(users)))
                 if wait > 0 and self._manager.stopping.wait(wait):

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from fastapi import Request
 
 from api import campaigns
+from api.backlog import Backlog
+from api.backlog import Lane as BacklogLane
 from api.idempotency import Terms
 from api.leader import Elector
 from api.metrics import ApiMetrics
@@ -24,9 +26,11 @@ from api.singletons import HeldReceipts, Singletons, SingletonsContext
 from api.tokens import TokenCache
 from api.writer import StoreWriter
 from operators.limits import RequestLimits
+from operators.records import Channel
 from operators.tracing import OFF, Tracing, start_tracing
 from senders.profiles.crypto import ContactCipher
-from senders.runtime.pool import contact_cipher, store_location
+from senders.runtime.pool import contact_cipher, group_id, source_topic, store_location
+from senders.statuses import Lane
 from senders.store.db import Database, open_database
 from senders.store.profiles import ProfileRead, ProfileStore
 from senders.templates.catalog import Catalog, load_catalog
@@ -120,6 +124,8 @@ def build_services(cfg: Settings) -> Services:
         opener=opener,
         kafka_timeout_s=s.kafka_timeout_ms / 1000,
         tracing=tracing,
+        backlog=campaign_backlog(cfg).waiting if api.campaign_max_backlog > 0 else None,
+        max_backlog=api.campaign_max_backlog,
     )
     singletons = Singletons(
         SingletonsContext(opener=opener, runner=runner, topics=cfg.topics, outcomes_group=api.outcomes_group,
@@ -161,6 +167,12 @@ def build_services(cfg: Settings) -> Services:
         metrics=metrics,
         tracing=tracing,
     )
+
+
+def campaign_backlog(cfg: Settings) -> Backlog:
+    """The campaigns' back-pressure: each channel's normal-lane topic and its sender group."""
+    lanes = {c.value: BacklogLane(source_topic(cfg, c, Lane.NORMAL), group_id(cfg, c, Lane.NORMAL)) for c in Channel}
+    return Backlog(cfg.kafka.client_config(), lanes)
 
 
 def services(request: Request) -> Services:

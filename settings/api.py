@@ -72,6 +72,9 @@ class ApiSettings(Section):
         in the same Kafka transaction as each batch of a campaign's requests
     :param transactional_id_prefix: a campaign's producer is ``<prefix>.<campaign id>``
     :param campaign_batch_ms: a campaign writes one batch (one transaction) per this much time
+    :param campaign_max_backlog: a campaign writes its next batch only while at most this many
+        messages wait for the senders on the normal lanes of its channels (``api.backlog``), so
+        the order updates on those lanes wait behind no more; 0: no bound, only the rate
     :param outcomes_group: the consumer group that reads the job's duplicate, late and invalid
         topics into the store, for the status of a notification
     :param sqlite_synchronous: SQLite ``synchronous`` of the API's connections (NORMAL survives
@@ -105,6 +108,7 @@ class ApiSettings(Section):
     campaigns_topic: str = "notifications.campaigns"
     transactional_id_prefix: str = "notify-api"
     campaign_batch_ms: int = 100
+    campaign_max_backlog: int = 2_000
     outcomes_group: str = "notify-api-outcomes"
     sqlite_synchronous: str = "NORMAL"
     store_threads: int = 4
@@ -138,7 +142,7 @@ class ApiSettings(Section):
             raise ValueError("must be at least 1")
         return value
 
-    @field_validator("token_negative_ttl_ms", "kafka_linger_ms")
+    @field_validator("token_negative_ttl_ms", "kafka_linger_ms", "campaign_max_backlog")
     @classmethod
     def _not_negative(cls, value: int) -> int:
         if value < 0:

@@ -67,3 +67,49 @@ def test_a_campaign_paused_resumed_and_killed_once_writes_each_user_exactly_once
     assert {(r["template_id"], r["priority"], r["category"], tuple(r["channels"])) for r in records} == {
         ("eid_sale", "normal", "marketing", ("push", "sms", "email"))}
     assert {r["params"]["pct"] for r in records} == {"20"}
+
+
+def test_a_campaign_waits_while_the_senders_are_behind_on_its_channels(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """Back-pressure (api.backlog): 10 messages wait on the SMS normal lane, more than the bound
+    of 5, so the campaign writes nothing; once the lane's sender group has consumed them (its
+    offsets committed at the end) the campaign writes all of its users, each once."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    from operators.records import Channel, Priority
+    from senders.runtime.pool import group_id
+    from senders.statuses import Lane
+
+    cfg = api_settings(kafka_bootstrap, tmp_path, api={"campaign_max_backlog": 5})
+    lane = cfg.topics.channel_topic(Channel.SMS, Priority.NORMAL)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
+    for i in range(10):
+        producer.produce(lane, key=f"waiting-{i}".encode(), value=b"x", partition=i % 2)
+    assert producer.flush(30) == 0
+    api = RunningApi(cfg, tmp_path).start()
+    try:
+        marketing = api.token("growth", categories=(Category.MARKETING,), scopes=(Scope.CAMPAIGNS,), rate=500)
+        users = [f"user-{i}" for i in range(50)]
+        with api.client(marketing) as c:
+            created = c.post("/v1/campaigns", json={"template": "eid_sale", "segment": users,
+                                                     "params": {"pct": "20"}, "rate": 200})
+            assert created.status_code == 202, created.text
+            cid = created.json()["campaign_id"]
+            wait_until(lambda: c.get(f"/v1/campaigns/{cid}").json()["state"] == "running", 30,
+                       lambda: c.get(f"/v1/campaigns/{cid}").text)
+            time.sleep(3.0)  # 200/s would have written every user 2.75 s ago
+            assert c.get(f"/v1/campaigns/{cid}").json()["written"] == 0
+            assert read_records(kafka_bootstrap, cfg.topics.requests, "notification_request") == []
+
+            group = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group_id(cfg, Channel.SMS, Lane.NORMAL),
+                              "enable.auto.commit": False})
+            ends = [TopicPartition(lane, p, group.get_watermark_offsets(TopicPartition(lane, p), timeout=10)[1])
+                    for p in (0, 1)]
+            assert sum(tp.offset for tp in ends) == 10
+            group.commit(offsets=ends, asynchronous=False)
+            group.close()
+            wait_until(lambda: c.get(f"/v1/campaigns/{cid}").json()["state"] == "done", 30,
+                       lambda: c.get(f"/v1/campaigns/{cid}").text)
+    finally:
+        api.stop()
+    records = read_records(kafka_bootstrap, cfg.topics.requests, "notification_request")
+    assert sorted(r["dedup_key"] for r in records) == sorted(f"growth/{cid}:{u}" for u in users)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -201,3 +202,33 @@ def test_a_read_waits_for_the_writers_round_holding_the_answers_given_before_it(
         held.set()
         writer.stop(5.0)
         reader.close()
+
+
+def test_the_backlog_counts_what_a_group_has_not_consumed_and_the_gate_reads_it_sparingly() -> None:
+    from api.backlog import Gate, waiting
+
+    # partition 0: 10 of 25 consumed; 1: nothing committed, its log starts at 4; 2: all consumed
+    assert waiting({0: 25, 1: 9, 2: 7}, {0: 0, 1: 4, 2: 0}, {0: 10, 2: 7}) == 15 + 5
+    assert waiting({0: 3}, {0: 0}, {0: -1001}) == 3  # OFFSET_INVALID: no commit yet
+
+    now = [0.0]
+    reads: list[tuple[str, ...]] = []
+    backlog: list[int | None] = [10]
+
+    def read(channels: Sequence[str]) -> int | None:
+        reads.append(tuple(channels))
+        return backlog[0]
+
+    gate = Gate(read, bound=5, interval_s=0.5, clock=lambda: now[0])
+    assert gate.hold_s(("sms",)) == 0.5  # 10 wait: above the bound
+    assert gate.hold_s(("sms",)) == 0.5 and len(reads) == 2  # held: asked every time
+    backlog[0] = 5
+    assert gate.hold_s(("sms",)) == 0.0 and len(reads) == 3  # at the bound: goes
+    now[0] = 0.4
+    backlog[0] = 99
+    assert gate.hold_s(("sms",)) == 0.0 and len(reads) == 3  # below a moment ago: not asked again yet
+    now[0] = 0.6
+    assert gate.hold_s(("sms",)) == 0.5 and len(reads) == 4
+    backlog[0] = None
+    assert gate.hold_s(("sms",)) == 0.0  # unknown: the campaign goes on at its rate
+    assert Gate(read, bound=0).hold_s(("sms",)) == 0.0 and len(reads) == 5  # 0: no bound, never asked
