@@ -279,12 +279,18 @@ class Runner:
             per_batch = max(1, int(c.rate_per_sec * ctx.batch_ms / 1000))
             bucket = TokenBucket(RateLimit(c.rate_per_sec, per_batch), time.monotonic())
             gate = Gate(ctx.backlog, ctx.max_backlog) if ctx.backlog is not None else None
+            next_note = 0.0  # a hold is logged at its start, then after 10 s, 20 s, 40 s ... held
             while position < c.total:
                 if self._manager.stopping.is_set() or not self._keep_going(db):
                     return True
                 if gate is not None and (hold := gate.hold_s(c.channels)) > 0:
+                    if gate.held_since is not None and time.monotonic() - gate.held_since >= next_note:
+                        logger.info("campaign %s: held, %s messages wait for the senders on its lanes (bound %d)",
+                                    c.campaign_id, gate.found, ctx.max_backlog)
+                        next_note = min(next_note * 2 if next_note else 10.0, 600.0)
                     self._manager.stopping.wait(hold)  # the senders are behind: the rest waits here
                     continue
+                next_note = 0.0
                 users = users_from(db, c.campaign_id, position, min(per_batch, c.total - position))
                 wait = bucket.reserve(time.monotonic(), max(1, len(users)))
                 if wait > 0 and self._manager.stopping.wait(wait):
