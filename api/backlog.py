@@ -8,6 +8,10 @@ normal-lane topics of its channels: the messages committed there (read_committed
 that the lane's sender group has not committed as consumed. The rest of the campaign waits in
 the store, its users not yet written, and an update waits behind at most that many messages.
 
+A lane whose sender group never committed an offset counts as empty: no senders serve that
+channel, and holding the campaign would only stop it for good. A group that has committed, and
+whose senders are down, holds the campaign until they are back.
+
 The backlog is read with the Kafka admin API (the groups' committed offsets, the topics' end
 offsets), at most once per ``interval_s`` while it is below the bound. When it cannot be read
 (Kafka slow or down) it is unknown, and the campaign goes on at its rate: the produce itself
@@ -85,6 +89,8 @@ class Backlog:
             [ConsumerGroupTopicPartitions(lane.group, partitions)], request_timeout=self._timeout_s
         )[lane.group].result(self._timeout_s)
         committed = {tp.partition: tp.offset for tp in group.topic_partitions or () if tp.error is None}
+        if all(offset < 0 for offset in committed.values()):
+            return 0  # no sender ever consumed this lane (the channel not deployed): holding helps nobody
         return waiting(ends, starts, committed)
 
     def _offsets(self, partitions: list[TopicPartition], spec: OffsetSpec) -> dict[int, int]:

@@ -70,9 +70,11 @@ def test_a_campaign_paused_resumed_and_killed_once_writes_each_user_exactly_once
 
 
 def test_a_campaign_waits_while_the_senders_are_behind_on_its_channels(kafka_bootstrap: str, tmp_path: Path) -> None:
-    """Back-pressure (api.backlog): 10 messages wait on the SMS normal lane, more than the bound
-    of 5, so the campaign writes nothing; once the lane's sender group has consumed them (its
-    offsets committed at the end) the campaign writes all of its users, each once."""
+    """Back-pressure (api.backlog): the SMS lane's sender group has consumed nothing of the 10
+    messages on its lane (offsets 0 committed), more than the bound of 5, so the campaign writes
+    nothing; once the group has consumed them (its offsets committed at the end) the campaign
+    writes all of its users, each once. The 10 messages on the email lane, which no sender group
+    has consumed from, never hold it."""
     from confluent_kafka import Consumer, Producer, TopicPartition
 
     from operators.records import Channel, Priority
@@ -81,9 +83,14 @@ def test_a_campaign_waits_while_the_senders_are_behind_on_its_channels(kafka_boo
 
     cfg = api_settings(kafka_bootstrap, tmp_path, api={"campaign_max_backlog": 5})
     lane = cfg.topics.channel_topic(Channel.SMS, Priority.NORMAL)
+    group = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group_id(cfg, Channel.SMS, Lane.NORMAL),
+                      "enable.auto.commit": False})
+    group.commit(offsets=[TopicPartition(lane, p, 0) for p in (0, 1)], asynchronous=False)  # it consumed nothing
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
+    unserved = cfg.topics.channel_topic(Channel.EMAIL, Priority.NORMAL)  # no sender group: not counted
     for i in range(10):
         producer.produce(lane, key=f"waiting-{i}".encode(), value=b"x", partition=i % 2)
+        producer.produce(unserved, key=f"waiting-{i}".encode(), value=b"x", partition=i % 2)
     assert producer.flush(30) == 0
     api = RunningApi(cfg, tmp_path).start()
     try:
@@ -100,8 +107,6 @@ def test_a_campaign_waits_while_the_senders_are_behind_on_its_channels(kafka_boo
             assert c.get(f"/v1/campaigns/{cid}").json()["written"] == 0
             assert read_records(kafka_bootstrap, cfg.topics.requests, "notification_request") == []
 
-            group = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group_id(cfg, Channel.SMS, Lane.NORMAL),
-                              "enable.auto.commit": False})
             ends = [TopicPartition(lane, p, group.get_watermark_offsets(TopicPartition(lane, p), timeout=10)[1])
                     for p in (0, 1)]
             assert sum(tp.offset for tp in ends) == 10
