@@ -518,9 +518,12 @@ def delete_topics(bootstrap: str, topics: list[str]) -> None:
     names = sorted({t for t in topics if t})
     if not names:
         return
-    for future in AdminClient({"bootstrap.servers": bootstrap}).delete_topics(names, operation_timeout=30).values():
+    # the client is kept until its futures are settled: one collected at once purges their results
+    # ("Purging 2 unserved events from background queue") and result() would wait for ever
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_topics(names, operation_timeout=30, request_timeout=60).values():
         try:
-            future.result()
+            future.result(timeout=90)
         except Exception:  # noqa: BLE001 - already gone, or never made: nothing to clean
             pass
 
