@@ -6,9 +6,9 @@ verified): ``senders.providers.endpoint``; each send has one deadline (``Provide
 from __future__ import annotations
 
 import base64
-import json
 from urllib.parse import unquote, urlsplit
 
+import orjson
 from pydantic import SecretStr
 
 from senders.errors import ProviderPermanentError, ProviderRetryableError
@@ -85,7 +85,7 @@ class HttpProvider(Provider):
         await self._endpoint.aclose()
 
     async def _try_send(self, *, to: str, message_key: str, message: Rendered) -> str | None:
-        body = json.dumps(
+        body = orjson.dumps(
             {
                 "message_key": message_key,
                 "channel": message.channel.value,
@@ -94,9 +94,8 @@ class HttpProvider(Provider):
                 "template_version": message.version,
                 "locale": message.locale,
                 **message.fields(),
-            },
-            ensure_ascii=False,
-        ).encode("utf-8")
+            }
+        )
         try:
             headers = [("Content-Type", "application/json"), (IDEMPOTENCY_HEADER, header_value(message_key))]
         except ValueError:
@@ -128,8 +127,8 @@ class HttpProvider(Provider):
     @staticmethod
     def _reference(body: bytes) -> str | None:
         try:
-            parsed = json.loads(body) if body else None
-        except ValueError:
+            parsed = orjson.loads(body) if body else None
+        except ValueError:  # orjson's JSONDecodeError is one
             return None
         if not isinstance(parsed, dict):
             return None

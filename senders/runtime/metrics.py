@@ -12,8 +12,26 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 Labels = tuple[tuple[str, str], ...]
 
 
+#: the sorted labels of each keyword set seen (a process has few: channel, lane, provider,
+#: outcome ...), so counting on the send path does not sort and format them for every message
+_SORTED: dict[tuple[object, ...], Labels] = {}
+_SORTED_MAX = 10_000
+
+
 def _labels(labels: Mapping[str, object]) -> Labels:
-    return tuple(sorted((k, str(v)) for k, v in labels.items()))
+    given = tuple(labels.items())
+    key = (*given, *map(type, labels.values()))  # 1 and True are equal keys, not equal labels
+    try:
+        return _SORTED[key]
+    except KeyError:
+        pass
+    except TypeError:  # a label value that cannot be a key
+        return tuple(sorted((k, str(v)) for k, v in given))
+    out = tuple(sorted((k, str(v)) for k, v in given))
+    if len(_SORTED) >= _SORTED_MAX:
+        _SORTED.clear()
+    _SORTED[key] = out
+    return out
 
 
 def _name(metric: str, labels: Labels) -> str:
