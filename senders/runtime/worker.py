@@ -36,6 +36,7 @@ from senders.runtime.ledger import TP, CommitPlan, Entry, Ledger, Stage
 from senders.runtime.metrics import Metrics
 from senders.runtime.threads import name_os_thread
 from senders.statuses import AttemptOutcome, Lane
+from senders.store.batches import release_many
 
 logger = logging.getLogger(__name__)
 
@@ -511,6 +512,7 @@ class SenderWorker:
         granted: int,
     ) -> None:
         calls = 0
+        unsent: list[tuple[str, int]] = []
         for entry, step in zip(batch, steps, strict=True):
             if isinstance(step, Handled):
                 if step.hold_until_ms is not None and not entry.dropped:
@@ -521,8 +523,9 @@ class SenderWorker:
                 else:
                     run.ledger.finish(entry, step.outputs, step.published)
                 continue
-            if entry.dropped:
-                run.ledger.finish(entry, [], [])  # claimed, not sent: its lease runs out for the next owner
+            if entry.dropped:  # its partition was revoked while it was claimed: no call is made
+                run.ledger.finish(entry, [], [])
+                unsent.append((step.delivery.message_key, step.delivery.attempt))
                 continue
             entry.stage, entry.job = Stage.SENDING, step
             run.in_flight += 1
@@ -535,6 +538,20 @@ class SenderWorker:
                 run.finish_wake.set()
         self.handler.dispatcher.release(granted - calls)
         self.metrics.set("sender_calls_in_flight", run.calls, **self._labels)
+        if unsent:
+            tasks.create_task(self._release(unsent))
+
+    async def _release(self, claims: list[tuple[str, int]]) -> None:
+        """End the leases of claims whose partitions were revoked before their calls started, so
+        their next owner need not wait out the lease (with a full ledger behind them, a whole
+        partition would wait). Failing that, the leases run out as after a crash."""
+        try:
+            db, owner = self.handler.store.db, self.handler.owner
+            released = await self._on("store", lambda: release_many(db, claims, owner=owner))
+        except Exception as exc:  # noqa: BLE001 - best effort: the leases run out all the same
+            logger.warning("%s: could not release %d claims of revoked partitions: %s", self.name, len(claims), exc)
+            return
+        logger.info("%s: %d claims of revoked partitions released, no call made", self.name, released)
 
     @staticmethod
     def _wake(run: _Run, entry: Entry) -> None:

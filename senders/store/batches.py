@@ -243,6 +243,25 @@ def _claim_round(
     return results
 
 
+def release_many(db: Database, claims: Sequence[tuple[str, int]], *, owner: str) -> int:
+    """Give up claims no call was made for ((message key, attempt) pairs this owner claimed):
+    their leases end now, so the next owner of their partition claims them at once instead of
+    waiting out the lease. A claim this owner no longer holds is left alone. Returns how many
+    were released."""
+    if not claims:
+        return 0
+    with db.tx() as cur:
+        released = 0
+        for key, attempt in sorted(claims):
+            released += db.exec(
+                cur,
+                "UPDATE delivery_status SET lease_until_ms = 0"
+                " WHERE message_key = ? AND status = ? AND attempts = ? AND owner = ?",
+                (key, DeliveryStatus.SENDING.value, attempt, owner),
+            ).rowcount
+    return released
+
+
 def finish_many(db: Database, requests: Sequence[FinishRequest], *, owner: str) -> list[bool]:
     """``StatusStore.finish`` for each request, in one transaction: True where this owner still
     held the claim (the outcome is recorded), False where the claim was lost."""

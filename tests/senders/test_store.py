@@ -26,7 +26,7 @@ from senders.runtime.dispatch import Dispatcher
 from senders.runtime.handler import DeliveryHandler, Handled, HandlerTopics, SendJob
 from senders.runtime.metrics import Metrics
 from senders.statuses import ClaimAction, DeadLetterReason, DeliveryStatus, Lane
-from senders.store.batches import ClaimRequest, FinishRequest, claim_many, finish_many
+from senders.store.batches import ClaimRequest, FinishRequest, claim_many, finish_many, release_many
 from senders.store.status import StatusStore, open_store
 from tests.senders.conftest import channel_message, profiles_for_tests, rules_for_tests
 
@@ -89,6 +89,25 @@ def test_a_live_claim_waits_and_an_expired_one_moves(store: StatusStore) -> None
     # the first worker's late outcome is refused: w2 holds the claim now
     assert not _finish(store, now=1600)
     assert _finish(store, now=1600, owner="w2")
+
+
+def test_a_released_claim_is_taken_over_at_once_and_only_this_owners_attempt_is_released(
+    store: StatusStore,
+) -> None:
+    """A worker whose partition was revoked before its claimed calls started releases them: the
+    next owner claims them at once instead of waiting out the lease."""
+    for key in ("k1:sms", "k2:sms", "k3:sms"):
+        assert _claim(store, key, now=1000, owner="w1") is ClaimAction.CLAIM
+    released = release_many(store.db, [("k1:sms", 1), ("k2:sms", 2), ("k3:sms", 1)], owner="w1")
+    assert released == 2  # k1 and k3: attempt 2 of k2 is not what w1 holds
+    assert store.get("k1:sms").lease_until_ms == 0  # type: ignore[union-attr]
+    assert store.get("k1:sms").status is DeliveryStatus.SENDING  # type: ignore[union-attr]
+    assert release_many(store.db, [("k1:sms", 1)], owner="w2") == 0  # not w2's claim
+    assert release_many(store.db, [], owner="w1") == 0
+    assert _claim(store, "k1:sms", now=1001, owner="w2") is ClaimAction.CLAIM
+    assert _claim(store, "k3:sms", now=1001, owner="w2") is ClaimAction.CLAIM
+    assert _claim(store, "k2:sms", now=1001, owner="w2") is ClaimAction.WAIT  # its lease runs to 1500
+    assert store.get("k1:sms").owner == "w2"  # type: ignore[union-attr]
 
 
 def test_publishing_is_marked_per_attempt(store: StatusStore) -> None:
