@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,7 +25,9 @@ from senders.rules.limits import LimitClaim
 from senders.rules.reasons import Reason
 from senders.runtime.dispatch import Dispatcher
 from senders.runtime.handler import DeliveryHandler, Handled, HandlerTopics, SendJob
+from senders.runtime.ledger import Entry
 from senders.runtime.metrics import Metrics
+from senders.runtime.worker import SenderWorker, WorkerOptions, _Run
 from senders.statuses import ClaimAction, DeadLetterReason, DeliveryStatus, Lane
 from senders.store.batches import ClaimRequest, FinishRequest, claim_many, finish_many, release_many
 from senders.store.status import StatusStore, open_store
@@ -268,6 +271,51 @@ def test_a_transient_failure_becomes_a_retry_record_then_a_dead_letter(store: St
     letter = codec.decode("dead_letter", second.outputs[-1].value)
     assert (letter["reason_kind"], letter["attempts"], letter["payload"]) == ("max_attempts", 2, raw)
     assert len(fake.received()) == 2
+
+
+def test_a_worker_releases_the_claims_of_a_partition_revoked_while_they_were_being_claimed(
+    store: StatusStore, tmp_path: Path
+) -> None:
+    """The partition goes (a rebalance) while a batch is in the store thread being claimed: no
+    call is made for it, and its claims are released, so the next owner takes them at once."""
+    fake = FakeProvider()
+    h = _handler(store, fake, [NOW], tmp_path)
+    worker = SenderWorker(
+        name="sms.normal.0",
+        client_config={},
+        options=WorkerOptions(group_id="g", transactional_id="t", source_topic="sms", delay_topics={}),
+        handler=h,
+        metrics=Metrics(),
+    )
+    deliveries = []
+    for i, user in ((1, "user-1"), (2, "user-2")):
+        d = h.decode(topic="sms", partition=0, offset=i, key=user.encode(),
+                     value=codec.encode("channel_message", channel_message(i, user=user)))
+        assert not isinstance(d, Handled)
+        deliveries.append(d)
+    run = _Run()
+    entries = [Entry(("sms", 0), i, NOW, d) for i, d in enumerate(deliveries)]
+    for entry in entries:
+        run.ledger.add(entry)
+    batch = run.ledger.take(2)
+    steps = h.claim_batch([e.delivery for e in batch])  # type: ignore[misc]
+    assert all(isinstance(step, SendJob) for step in steps)
+    run.ledger.drop([("sms", 0)])  # revoked meanwhile
+
+    async def start() -> None:
+        async with asyncio.TaskGroup() as tasks:
+            worker._start(run, tasks, batch, steps, granted=2)
+
+    worker._threads = {"store": ThreadPoolExecutor(1)}
+    try:
+        asyncio.run(start())
+    finally:
+        worker._threads["store"].shutdown()
+    assert fake.received() == []
+    for d in deliveries:
+        row = store.get(d.message_key)
+        assert row is not None and row.status is DeliveryStatus.SENDING and row.lease_until_ms == 0
+        assert _claim(store, d.message_key, now=NOW + 1, owner="next") is ClaimAction.CLAIM
 
 
 def test_an_aborted_batch_is_republished_not_resent(store: StatusStore, tmp_path: Path) -> None:
