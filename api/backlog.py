@@ -111,7 +111,6 @@ class Gate:
         self._clock = clock
         self._next_read = float("-inf")
         self.found: int | None = None  # the backlog last read
-        self.held_since: float | None = None  # when the current hold began
 
     def hold_s(self, channels: Sequence[str]) -> float:
         """0 when the batch may go now; else how long to wait before asking again. The backlog is
@@ -123,9 +122,6 @@ class Gate:
             return 0.0
         found = self.found = self._read(channels)
         if found is not None and found > self._bound:
-            if self.held_since is None:
-                self.held_since = now
             return self._interval_s
-        self.held_since = None
         self._next_read = now + self._interval_s
         return 0.0

@@ -217,6 +217,9 @@ class RunnerContext:
     #: None when unknown; with ``max_backlog`` > 0 a batch waits while they are more than that
     backlog: Callable[[Sequence[str]], int | None] | None = None
     max_backlog: int = 0
+    #: told when a campaign's hold starts, and when it ends with how long it lasted (the metrics)
+    on_hold_start: Callable[[], None] = lambda: None
+    on_hold_end: Callable[[float], None] = lambda held_s: None
 
 
 class Runner:
@@ -261,6 +264,7 @@ class Runner:
             "linger.ms": "5",
             "transaction.timeout.ms": "60000",
         })
+        held_since: float | None = None  # when the hold in progress began
         try:
             producer.init_transactions(ctx.kafka_timeout_s)  # fences the previous runner, aborts its transaction
             position = read_position(ctx.client_config, ctx.campaigns_topic, self.campaign_id, ctx.kafka_timeout_s)
@@ -284,12 +288,18 @@ class Runner:
                 if self._manager.stopping.is_set() or not self._keep_going(db):
                     return True
                 if gate is not None and (hold := gate.hold_s(c.channels)) > 0:
-                    if gate.held_since is not None and time.monotonic() - gate.held_since >= next_note:
+                    if held_since is None:
+                        held_since = time.monotonic()
+                        ctx.on_hold_start()
+                    if time.monotonic() - held_since >= next_note:
                         logger.info("campaign %s: held, %s messages wait for the senders on its lanes (bound %d)",
                                     c.campaign_id, gate.found, ctx.max_backlog)
                         next_note = min(next_note * 2 if next_note else 10.0, 600.0)
                     self._manager.stopping.wait(hold)  # the senders are behind: the rest waits here
                     continue
+                if held_since is not None:
+                    ctx.on_hold_end(time.monotonic() - held_since)
+                    held_since = None
                 next_note = 0.0
                 users = users_from(db, c.campaign_id, position, min(per_batch, c.total - position))
                 wait = bucket.reserve(time.monotonic(), max(1, len(users)))
@@ -302,6 +312,8 @@ class Runner:
             self._manager.finished(self, force=True)
             return True
         finally:
+            if held_since is not None:  # stopped, paused or failed while held
+                ctx.on_hold_end(time.monotonic() - held_since)
             db.close()
 
     def _keep_going(self, db: Database) -> bool:

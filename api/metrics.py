@@ -83,7 +83,21 @@ class ApiMetrics:
         self.leader = Gauge(names.API_LEADER, "1 in the API process that runs the campaigns, the verdicts' reader"
                             " and pruning (the lease's holder); summed over the processes",
                             multiprocess_mode="livesum", registry=r)
+        self.campaigns_held = Gauge(names.API_CAMPAIGNS_HELD, "Campaigns whose next batch waits while more than"
+                                    " api.campaign_max_backlog messages wait for the senders on their lanes;"
+                                    " summed over the processes", multiprocess_mode="livesum", registry=r)
+        self.campaign_held = Counter(names.API_CAMPAIGN_HELD_SECONDS, "Seconds campaigns have waited so for the"
+                                     " senders", registry=r)
         self._gc_started = 0.0
+
+    def hold_started(self) -> None:
+        """A campaign's hold began (``RunnerContext.on_hold``)."""
+        self.campaigns_held.inc()
+
+    def hold_ended(self, held_s: float) -> None:
+        """That hold ended (the backlog fell under the bound, or the campaign stopped) after ``held_s``."""
+        self.campaigns_held.dec()
+        self.campaign_held.inc(held_s)
 
     def render(self) -> bytes:
         """The text exposition: this process's values, or with several processes the sum over them."""

@@ -126,6 +126,8 @@ def build_services(cfg: Settings) -> Services:
         tracing=tracing,
         backlog=campaign_backlog(cfg).waiting if api.campaign_max_backlog > 0 else None,
         max_backlog=api.campaign_max_backlog,
+        on_hold_start=metrics.hold_started,
+        on_hold_end=metrics.hold_ended,
     )
     singletons = Singletons(
         SingletonsContext(opener=opener, runner=runner, topics=cfg.topics, outcomes_group=api.outcomes_group,

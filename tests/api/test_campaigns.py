@@ -106,6 +106,7 @@ def test_a_campaign_waits_while_the_senders_are_behind_on_its_channels(kafka_boo
             time.sleep(3.0)  # 200/s would have written every user 2.75 s ago
             assert c.get(f"/v1/campaigns/{cid}").json()["written"] == 0
             assert read_records(kafka_bootstrap, cfg.topics.requests, "notification_request") == []
+            assert _metric(api.url, "api_campaigns_held") == 1.0  # what an operator sees of it
 
             ends = [TopicPartition(lane, p, group.get_watermark_offsets(TopicPartition(lane, p), timeout=10)[1])
                     for p in (0, 1)]
@@ -114,7 +115,19 @@ def test_a_campaign_waits_while_the_senders_are_behind_on_its_channels(kafka_boo
             group.close()
             wait_until(lambda: c.get(f"/v1/campaigns/{cid}").json()["state"] == "done", 30,
                        lambda: c.get(f"/v1/campaigns/{cid}").text)
+            assert _metric(api.url, "api_campaigns_held") == 0.0
+            assert _metric(api.url, "api_campaign_held_seconds_total") >= 3.0
     finally:
         api.stop()
     records = read_records(kafka_bootstrap, cfg.topics.requests, "notification_request")
     assert sorted(r["dedup_key"] for r in records) == sorted(f"growth/{cid}:{u}" for u in users)
+
+
+def _metric(url: str, name: str) -> float:
+    """One unlabelled series of the API's /metrics."""
+    import httpx
+
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} is not in /metrics")
