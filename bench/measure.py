@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.api_load import PROGRESS_S
 from bench.dataset import Item, lane_of
 from operators import codec
 from operators.contract import SCHEMAS_DIR
@@ -415,6 +416,36 @@ def _short_cmd(cmdline: list[str]) -> str:
         i = cmdline.index("-m")
         return f"python -m {' '.join(cmdline[i + 1:i + 2])}"
     return " ".join([exe, *cmdline[1:3]])[:80]
+
+
+class ServiceExited(RuntimeError):
+    """A process a benchmark waits on has exited."""
+
+
+def poll_until(
+    done: Callable[[], bool],
+    deadline: float,
+    *,
+    exited: Callable[[], str | None],
+    progress: Callable[[float], None] | None = None,
+    interval_s: float = 0.2,
+) -> bool:
+    """Poll ``done()`` until it holds (True) or ``deadline`` (``time.monotonic``) passes (False).
+    ``exited()`` names a process that has exited (then ServiceExited is raised with it), or gives
+    None; ``progress(seconds waited)`` is called every ``PROGRESS_S``. The benchmarks' one wait."""
+    started = said = time.monotonic()
+    while not done():
+        now = time.monotonic()
+        if now >= deadline:
+            return False
+        gone = exited()
+        if gone is not None:
+            raise ServiceExited(gone)
+        if progress is not None and now - said >= PROGRESS_S:
+            said = now
+            progress(now - started)
+        time.sleep(interval_s)
+    return True
 
 
 # -- the machine -----------------------------------------------------------------------------

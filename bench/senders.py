@@ -31,8 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import senders_report as report
-from bench.api_load import PROGRESS_S
-from bench.measure import git_info, machine_info
+from bench.measure import ServiceExited, git_info, machine_info, poll_until
 from bench.push_protocols import PUSH_PROTOCOLS, push_settings, write_push_keys
 from bench.senders_env import Environment
 from bench.senders_load import (
@@ -390,25 +389,25 @@ class SenderProc:
             return None
 
 
-def _wait_for(done: Any, deadline: float, procs: Sequence[SenderProc], notes: list[str],
+def _wait_for(done: Callable[[], bool], deadline: float, procs: Sequence[SenderProc], notes: list[str],
               progress: Callable[[], str] | None = None) -> bool:
-    """Poll ``done()`` until it holds (True), the deadline passes or a sender process exits (False);
-    every ``PROGRESS_S``, ``progress()`` (where the phase is) as a line of its own."""
-    started = time.monotonic()
-    said = started
-    while True:
-        if done():
-            return True
-        if progress is not None and time.monotonic() - said >= PROGRESS_S:
-            said = time.monotonic()
-            print(f"  ... {progress()} after {said - started:.0f} s", flush=True)
-        if time.monotonic() >= deadline:
-            return False
+    """``poll_until`` on the sender processes: True when ``done()`` holds; False at the deadline
+    or when one exits (said in ``notes``); ``progress()`` (where the phase is) as lines of their own."""
+    def exited() -> str | None:
         for p in procs:
             if not p.proc.alive():
-                notes.append(f"a senders process exited ({p.proc.popen.returncode}): {p.proc.tail(5)}")
-                return False
-        time.sleep(0.2)
+                return f"a senders process exited ({p.proc.popen.returncode}): {p.proc.tail(5)}"
+        return None
+
+    def say(waited_s: float) -> None:
+        assert progress is not None
+        print(f"  ... {progress()} after {waited_s:.0f} s", flush=True)
+
+    try:
+        return poll_until(done, deadline, exited=exited, progress=say if progress is not None else None)
+    except ServiceExited as exc:
+        notes.append(str(exc))
+        return False
 
 
 def _settle_and_count(procs: Sequence[SenderProc], delivered: int) -> float | None:

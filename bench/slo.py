@@ -44,8 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import slo_report as report
-from bench.api_load import PROGRESS_S
-from bench.measure import ProcSampler, git_info, machine_info
+from bench.measure import ProcSampler, git_info, machine_info, poll_until
 from bench.slo_load import codes_in
 from bench.stubs.process import StubProcess, raise_fd_limit
 from bench.systems import Proc
@@ -352,20 +351,14 @@ def say(text: str) -> None:
 
 def wait_for(done: Callable[[], bool], deadline: float, procs: dict[str, Proc],
              progress: Callable[[], str]) -> bool:
-    """Poll ``done()`` until it holds, the deadline passes or a service exits; ``progress()``
-    every ``PROGRESS_S``."""
-    said = time.monotonic()
-    while not done():
-        if time.monotonic() >= deadline:
-            return False
+    """``poll_until`` on the services: one that exits fails the run (ServiceExited)."""
+    def exited() -> str | None:
         for name, p in procs.items():
             if not p.alive():
-                raise RuntimeError(f"{name} exited ({p.popen.returncode}): {p.tail(8)}")
-        if time.monotonic() - said >= PROGRESS_S:
-            said = time.monotonic()
-            say(progress())
-        time.sleep(0.2)
-    return True
+                return f"{name} exited ({p.popen.returncode}): {p.tail(8)}"
+        return None
+
+    return poll_until(done, deadline, exited=exited, progress=lambda _: say(progress()))
 
 
 def figures(slo: Slo, phases: list[dict[str, Any]], arrivals: dict[str, dict[str, float]],
