@@ -95,7 +95,8 @@ async def _worker(conn: Connection, queue: asyncio.Queue[Item | None], out: list
                 return
             stream, kind, key, due, head, data = item
             try:
-                status, answer = await asyncio.wait_for(conn.exchange(head, data), timeout_s)
+                async with asyncio.timeout(timeout_s):  # not wait_for: in 3.11 it can swallow a cancel
+                    status, answer = await conn.exchange(head, data)
             except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError, IndexError):
                 conn.close()
                 status, answer = 0, b""
@@ -152,6 +153,7 @@ async def load(url: str, token: str, args: argparse.Namespace) -> list[list[Any]
             out.append([item[0], item[1], item[2], round(item[3] + offset, 6), round((now - item[3]) * 1000, 3), 0,
                         None])
     for task in late:
+        queue.put_nowait(None)  # the end again for each late one (the drain above took the first)
         task.cancel()
     await asyncio.gather(*late, return_exceptions=True)
     return out
