@@ -49,7 +49,7 @@ class RequestProducer:
         client_config: Mapping[str, str],
         *,
         ack_timeout_ms: int,
-        linger_ms: int = 1,
+        linger_ms: int,
         topic: str | None = None,
         probe_interval_s: float = 1.0,
         on_ack: Callable[[float], None] | None = None,

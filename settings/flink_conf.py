@@ -129,6 +129,8 @@ def kafka_source(cfg: Settings) -> dict[str, str]:
         "isolation.level": "read_committed",
         "partition.discovery.interval.ms": "30000",
         "commit.offsets.on.checkpoint": "true",
+        "fetch.min.bytes": str(cfg.kafka.source_fetch_min_bytes),
+        "fetch.max.wait.ms": str(cfg.kafka.source_fetch_max_wait_ms),
         **cfg.kafka.java_properties(),
     }
 

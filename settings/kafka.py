@@ -66,6 +66,13 @@ class KafkaSettings(Section):
         much more latency
     :param sink_max_request_bytes: max.request.size of the job's sink: must hold the largest
         output record the dedup.* limits allow, and no output topic may take less (checked at start)
+    :param source_fetch_min_bytes: fetch.min.bytes of the job's source: the broker answers a
+        fetch once this much is there, or after ``source_fetch_max_wait_ms``. With 1 (Kafka's
+        default) every produce request wakes a fetch of its few records: at 1,000 requests/s that
+        fetch loop was a third of the job's CPU and half the broker's (bench/README.md)
+    :param source_fetch_max_wait_ms: fetch.max.wait.ms of the job's source: the most a request
+        waits in the broker for that fetch (the job's mini-batches wait ``dedup.batch_max_delay_ms``
+        after it)
     """
 
     bootstrap_servers: str = ""
@@ -84,6 +91,8 @@ class KafkaSettings(Section):
     sink_compression: str = "none"
     sink_linger_ms: int = 10
     sink_max_request_bytes: int = 1_048_576
+    source_fetch_min_bytes: int = Field(default=65_536, ge=1)
+    source_fetch_max_wait_ms: int = Field(default=50, ge=0)
 
     @model_validator(mode="after")
     def _local_cluster(self) -> Self:

@@ -131,7 +131,8 @@ def test_kafka_source_and_sink_properties_follow_the_settings() -> None:
     cfg = Settings().with_overrides(
         flink={"transaction_timeout_ms": 123_000},
         kafka={"sink_linger_ms": 7, "sink_compression": "lz4", "sink_max_request_bytes": 2_000_000,
-               "security_protocol": "SSL", "ssl_ca_location": "/ca.pem"},
+               "security_protocol": "SSL", "ssl_ca_location": "/ca.pem", "source_fetch_min_bytes": 4096,
+               "source_fetch_max_wait_ms": 25},
     )
     sink = flink_conf.kafka_sink(cfg)
     assert sink["transaction.timeout.ms"] == "123000" and sink["linger.ms"] == "7"
@@ -139,3 +140,4 @@ def test_kafka_source_and_sink_properties_follow_the_settings() -> None:
     assert sink["enable.idempotence"] == "true" and sink["security.protocol"] == "SSL"
     source = flink_conf.kafka_source(cfg)
     assert source["isolation.level"] == "read_committed" and source["ssl.truststore.location"] == "/ca.pem"
+    assert source["fetch.min.bytes"] == "4096" and source["fetch.max.wait.ms"] == "25"
