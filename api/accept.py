@@ -7,10 +7,10 @@ says now: the channels that have an address, and why the others do not."""
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from datetime import datetime
 
+from api import jsontext
 from api.callers import Caller
 from api.errors import ApiError, bad_request, forbidden
 from api.models import NotificationIn
@@ -206,8 +206,7 @@ def fingerprint(caller: Caller, body: NotificationIn, namespace: str | None = No
     document: dict[str, object] = {"caller": caller.name, "body": body.model_dump(mode="json")}
     if namespace is not None:
         document["namespace"] = namespace
-    text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return hashlib.sha256(jsontext.dumps(document, sort_keys=True)).hexdigest()
 
 
 def unknown_user(user_id: str) -> ApiError:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from api import jsontext
 from api.errors import ApiError
 
 AsgiScope = MutableMapping[str, Any]
@@ -30,7 +30,7 @@ def header(scope: AsgiScope, name: bytes) -> str | None:
 
 async def send_json(send: Send, status: int, content: Any, headers: dict[str, str] | None = None) -> None:
     """JSON as the app's JSONResponse writes it (UTF-8, compact)."""
-    body = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+    body = jsontext.dumps(content)
     raw = [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]
     raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": raw})

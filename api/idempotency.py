@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from api import jsontext
 from api.store import RequestRecord, insert_request
 from senders.store.db import Database
 
@@ -122,7 +123,8 @@ def _reserve(db: Database, cur: Any, items: Sequence[Reserve], terms: Terms) -> 
 def _complete(db: Database, cur: Any, done: Sequence[Completion]) -> None:
     cur.executemany(
         db.sql("UPDATE api_idempotency SET state = 'done', answer = ? WHERE idem_key = ? AND notification_id = ?"),
-        [(json.dumps(answer, sort_keys=True), key, record.notification_id) for key, answer, record in done],
+        [(jsontext.dumps(answer, sort_keys=True).decode("utf-8"), key, record.notification_id)
+         for key, answer, record in done],
     )
     for _, _, record in done:
         insert_request(db, cur, record)

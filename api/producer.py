@@ -16,6 +16,7 @@ acknowledgement either way.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import threading
 import time
@@ -26,6 +27,10 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 logger = logging.getLogger(__name__)
+
+
+#: how long after its ack timeout a write still waits for librdkafka's own report of it
+_REPORT_GRACE_S = 1.0
 
 
 class NotAcknowledged(Exception):
@@ -41,6 +46,15 @@ class Written:
     topic: str
     partition: int
     offset: int
+
+
+#: a write's delivery report: its waiter, the error's name (refused) or what was written
+_Report = tuple["asyncio.Future[Written]", str | None, Written | None]
+
+
+def _expire(future: asyncio.Future[Written], timeout_s: float) -> None:
+    if not future.done():
+        future.set_exception(NotAcknowledged(f"no acknowledgement within {timeout_s:g} s"))
 
 
 class RequestProducer:
@@ -60,6 +74,7 @@ class RequestProducer:
         self._topic = topic
         self._probe_interval_s = probe_interval_s
         self._down: str | None = None  # None: up, or not known to be down yet
+        self._reports: collections.deque[_Report] = collections.deque()  # appended by librdkafka's callbacks
         self._producer = Producer({
             **client_config,
             "enable.idempotence": "true",
@@ -113,27 +128,49 @@ class RequestProducer:
                 self._producer.poll(0.05)
             except Exception:  # noqa: BLE001 - a callback's bug must not stop delivery reports
                 logger.exception("the producer's delivery reports failed")
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """The delivery reports gathered since the last call, to their event loops: one wake-up of
+        a loop for all of a poll's reports, not one per record."""
+        reports = self._reports
+        if not reports:
+            return
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Report]] = {}
+        while reports:
+            report = reports.popleft()
+            by_loop.setdefault(report[0].get_loop(), []).append(report)
+        for loop, batch in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(self._settle, batch)
+            except RuntimeError:  # the loop is closed: nobody waits for these any more
+                pass
+
+    def _settle(self, batch: list[_Report]) -> None:
+        """In the event loop: each write's outcome to its waiter."""
+        for future, error, written in batch:
+            if future.done():  # the waiter gave up (its timeout, or it was cancelled)
+                continue
+            if written is None:
+                future.set_exception(NotAcknowledged(f"Kafka refused the record: {error}"))
+            else:
+                self._down = None  # acknowledged: the brokers answer
+                future.set_result(written)
 
     async def write(self, topic: str, key: bytes | None, value: bytes) -> Written:
         """Write one record and wait for Kafka's acknowledgement; raises NotAcknowledged."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Written] = loop.create_future()
         produced = time.perf_counter()
-        on_ack = self._on_ack
+        on_ack, reports = self._on_ack, self._reports
 
-        def settle(err: KafkaError | None, msg: Any) -> None:
-            if err is None and on_ack is not None:
+        def settle(err: KafkaError | None, msg: Any) -> None:  # in the polling thread
+            if err is not None:
+                reports.append((future, err.name(), None))
+                return
+            if on_ack is not None:
                 on_ack(time.perf_counter() - produced)
-            def apply() -> None:
-                if future.done():
-                    return
-                if err is not None:
-                    future.set_exception(NotAcknowledged(f"Kafka refused the record: {err.name()}"))
-                else:
-                    self._down = None  # acknowledged: the brokers answer
-                    future.set_result(Written(msg.topic(), msg.partition(), msg.offset()))
-
-            loop.call_soon_threadsafe(apply)
+            reports.append((future, None, Written(msg.topic(), msg.partition(), msg.offset())))
 
         try:
             self._producer.produce(topic, key=key, value=value, on_delivery=settle)
@@ -141,10 +178,13 @@ class RequestProducer:
             raise NotAcknowledged("the producer's queue is full") from None
         except KafkaException as exc:
             raise NotAcknowledged(f"Kafka refused the record: {exc.args[0].name()}") from None
+        # librdkafka reports every record within message.timeout.ms (the same time); the timer is
+        # the guard should a report never come
+        timer = loop.call_later(self.ack_timeout_s + _REPORT_GRACE_S, _expire, future, self.ack_timeout_s)
         try:
-            return await asyncio.wait_for(asyncio.shield(future), self.ack_timeout_s)
-        except TimeoutError:
-            raise NotAcknowledged(f"no acknowledgement within {self.ack_timeout_s:g} s") from None
+            return await future
+        finally:
+            timer.cancel()
 
     def close(self, timeout_s: float) -> int:
         """Deliver what is queued (up to ``timeout_s``), then stop; returns the records left."""
@@ -153,6 +193,7 @@ class RequestProducer:
         left = self._producer.flush(max(0.0, timeout_s))
         self._running = False
         self._thread.join(max(0.1, deadline - time.monotonic()))
+        self._hand_over()  # the reports flush served in this thread
         if self._prober is not None:
             self._prober.join(max(0.1, deadline - time.monotonic()))
         if left:
