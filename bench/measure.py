@@ -418,6 +418,55 @@ def _short_cmd(cmdline: list[str]) -> str:
     return " ".join([exe, *cmdline[1:3]])[:80]
 
 
+#: HotSpot's JIT compiler threads, as /proc names them (15 characters)
+_JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
+
+
+def jit_seconds(pid: int) -> float | None:
+    """CPU seconds a JVM's JIT compiler threads have used, from /proc (not ``jstat``, which is a
+    JVM of its own and costs a burst of CPU each time); None when the JVM is gone. A compiler
+    thread that exited between two readings takes its time with it (HotSpot starts and stops
+    extra ones as the queue grows), so a difference may under-count."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm", encoding="utf-8", errors="replace") as f:
+                if not f.read().startswith(_JIT_THREADS):
+                    continue
+            with open(f"/proc/{pid}/task/{tid}/stat", encoding="utf-8", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended meanwhile
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total / ticks
+
+
+def java_pids(root_pid: int) -> list[int]:
+    """The JVMs in a process tree (the root included)."""
+    try:
+        import psutil
+    except ImportError:
+        return []
+    try:
+        root = psutil.Process(root_pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+    found = []
+    for p in tree:
+        try:
+            if p.name() == "java":
+                found.append(p.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
 class ServiceExited(RuntimeError):
     """A process a benchmark waits on has exited."""
 

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import slo_report as report
-from bench.measure import ProcSampler, git_info, machine_info, poll_until
+from bench.measure import ProcSampler, git_info, java_pids, jit_seconds, machine_info, poll_until
 from bench.slo_load import codes_in
 from bench.stubs.process import StubProcess, raise_fd_limit
 from bench.systems import Proc
@@ -58,6 +58,10 @@ DELIVERY_TARGETS_MS = {"code": 2000.0, "order": 10_000.0}
 #: what the API saw of a phase (its /metrics, ms): accept, Kafka ack, loop lag, the store
 API_HISTOGRAMS = ("accept_202", "kafka_ack", "loop_lag", "store_queue", "store_call")
 GROUPS = ("broker", "job", "senders", "api", "stub", "generator")
+#: the JVMs, whose JIT compiler's time is reported per phase
+JVM_GROUPS = ("broker", "job")
+#: a JVM compiling for less than this share of a core over a warm-up round is warm
+JIT_SETTLED = 0.05
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,15 @@ class Plan:
     settle_bound_s: float
     code_rate: float = 20.0
     order_rate: float = 200.0
-    warmup_s: float = 5.0
+    #: the warm-up: rounds of ``warmup_s`` at ``warmup_rate``, until the JVMs (broker, job) have
+    #: compiled their hot paths (each compiled for under ``JIT_SETTLED`` of a core over the last
+    #: round), at most ``warmup_rounds``. A service deployed has long been warm; a phase that
+    #: counts the JIT compiler's work counts an artefact of the benchmark's start (after 30 s at
+    #: 500/s the broker still spent 27% of its CPU and the job 23% in C2 during the first accept
+    #: phase: async-profiler, bench/README.md)
+    warmup_s: float = 20.0
+    warmup_rate: float = 1000.0
+    warmup_rounds: int = 6
     brokers: int = 1
     broker_kill: bool = False
     checkpoint_ms: int | None = None
@@ -120,6 +132,7 @@ class Slo:
         self.expected_at_stub: dict[str, int] = {}  # channel -> messages expected so far
         self.imports: dict[str, Any] = {}
         self.procs: dict[str, Proc] = {}  # the services started, stopped at the end whatever happens
+        self.cluster: Any = None
 
     # -- the services -------------------------------------------------------------------------
 
@@ -162,6 +175,7 @@ class Slo:
                               int(time.time() * 1000))
         store.close()
         self._import_users(config)
+        self.cluster = cluster
         procs = self.procs
         say("starting the job (dedupctl run), the senders (dedupctl senders run), the API (dedupctl api run)")
         procs["job"] = self._proc("job", config, ["run", "--fresh"])
@@ -192,8 +206,8 @@ class Slo:
 
         plan = self.plan
         campaign_users = plan.users * (2 if plan.broker_kill else 1)
-        codes = codes_in("mix", int(plan.warmup_s * 50)) + sum(codes_in("mix", int(r * plan.accept_s))
-                                                                for r in plan.accept_rates)
+        codes = codes_in("mix", int(plan.warmup_s * plan.warmup_rate)) * plan.warmup_rounds
+        codes += sum(codes_in("mix", int(r * plan.accept_s)) for r in plan.accept_rates)
         codes += codes_in("code", int(plan.code_rate * plan.flood_s)) * (2 if plan.broker_kill else 1)
         path = write_profiles(self.work / "profiles.jsonl", campaign_users, codes)
         say(f"importing {campaign_users + codes:,} users (dedupctl users import)")
@@ -284,15 +298,53 @@ class Slo:
         from bench import api_scrape
 
         load0, t0 = os.getloadavg()[0], time.monotonic()
+        jit0 = self.jit()
         before = api_scrape.scrape(s.url)
         run()
         load1, t1 = os.getloadavg()[0], time.monotonic()
         metrics = api_scrape.phase_report(before, api_scrape.scrape(s.url))
         settled, settle_s = self.settle(s, name, bound_s)
+        t2, jit1 = time.monotonic(), self.jit()
+        jit_cores: dict[str, float | None] = {}
+        for g in JVM_GROUPS:
+            a, b = jit0[g], jit1[g]
+            jit_cores[g] = None if a is None or b is None else round(max(0.0, b - a) / (t2 - t0), 3)
         return {"name": name, "load_average": [round(load0, 2), round(load1, 2)],
                 "api_metrics": {k: metrics[k] for k in API_HISTOGRAMS},
-                "cpu_cores": self.cores(t0, time.monotonic()), "seconds": round(t1 - t0, 1),
+                "cpu_cores": self.cores(t0, t2), "jit_cores": jit_cores, "seconds": round(t1 - t0, 1),
                 "settled": settled, "settle_s": round(settle_s, 1), "notes": []}
+
+    def jit(self) -> dict[str, float | None]:
+        """The JIT compilers' seconds so far, per JVM group (summed over its JVMs; a broker
+        started again starts from 0, so a phase with a broker kill under-counts)."""
+        pids = {"broker": [p for n in (self.cluster.nodes if self.cluster else ()) if (p := n.pid())],
+                "job": java_pids(self.procs["job"].pid) if "job" in self.procs else []}
+        out: dict[str, float | None] = {}
+        for group in JVM_GROUPS:
+            seconds = [jit_seconds(p) for p in pids[group]]
+            out[group] = None if not seconds or None in seconds else sum(x for x in seconds if x is not None)
+        return out
+
+    def warm_up(self, s: Services) -> list[dict[str, Any]]:
+        """Rounds of load through to the providers until the JVMs are warm (or the last round)."""
+        plan = self.plan
+        rounds: list[dict[str, Any]] = []
+        for n in range(1, plan.warmup_rounds + 1):
+            say(f"warm-up {n}: {plan.warmup_rate:g} requests/s for {plan.warmup_s:g} s, through to the providers"
+                " (not measured)")
+            name = f"warm-up-{n}"
+
+            def load(name: str = name) -> None:
+                self.generate(s, name, [("mix", plan.warmup_rate)], plan.warmup_s)
+
+            p = self.phase(s, name, load, 300.0)
+            rounds.append({"round": n, "jit_cores": p["jit_cores"], "cpu_cores": p["cpu_cores"],
+                           "settle_s": p["settle_s"]})
+            jit = ", ".join(f"{g} {v if v is not None else 'n/a'}" for g, v in p["jit_cores"].items())
+            say(f"warm-up {n}: delivered {p['settle_s']:.0f} s after its last request; JIT cores: {jit}")
+            if all(v is not None and v < JIT_SETTLED for v in p["jit_cores"].values()):
+                break
+        return rounds
 
     def cores(self, t0: float, t1: float) -> dict[str, float | None]:
         """Each service's CPU over the span, in cores (CPU seconds per second)."""
@@ -406,6 +458,7 @@ def run(plan: Plan, out_dir: Path, keep: bool) -> int:
     postgres: Any = None
     services: Services | None = None
     phases: list[dict[str, Any]] = []
+    warm_up: list[dict[str, Any]] = []
     failures: list[str] = []
     try:
         say(f"starting {plan.brokers} broker(s) and the provider stub ({plan.stub_latency_ms} ms), work in {work}")
@@ -419,9 +472,7 @@ def run(plan: Plan, out_dir: Path, keep: bool) -> int:
             postgres = LocalPostgres(port=free_port()).start()
             location = postgres.create_database("slo")
         s = services = slo.start(cluster, stub, location)
-        say(f"warm-up: 50 requests/s for {plan.warmup_s:g} s, through to the providers (not measured)")
-        warm = slo.phase(s, "warm-up", lambda: slo.generate(s, "warm-up", [("mix", 50.0)], plan.warmup_s), 300.0)
-        say(f"warm-up: delivered {warm['settle_s']:.0f} s after its last request")
+        warm_up = slo.warm_up(s)
         for rate in plan.accept_rates:
             phases.append(slo.accept_phase(s, rate))
         phases.append(slo.flood_phase(s, "flood", 0, None))
@@ -467,7 +518,7 @@ def run(plan: Plan, out_dir: Path, keep: bool) -> int:
         "config": {**asdict(plan), "checkpoint_interval_ms": services.cfg.flink.checkpoint_interval_ms,
                    "senders_max_in_flight": services.cfg.senders.max_in_flight,
                    "senders_commit_interval_ms": services.cfg.senders.commit_interval_ms},
-        "imports": slo.imports, "phases": phases, "failures": failures,
+        "imports": slo.imports, "warm_up": warm_up, "phases": phases, "failures": failures,
     }
     stem = "slo-" + started.date().isoformat() + (f"-{plan.label}" if plan.label else "")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -493,6 +544,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--flood-s", type=float, help="codes and order updates during the flood for this long")
     parser.add_argument("--code-rate", type=float, help="one-time codes/s during the flood (20)")
     parser.add_argument("--order-rate", type=float, help="order updates/s during the flood (200)")
+    parser.add_argument("--warmup-s", type=float, help="each warm-up round's length, not measured (20)")
+    parser.add_argument("--warmup-rate", type=float, help="the warm-up's requests/s (1000)")
+    parser.add_argument("--warmup-rounds", type=int, help="the most warm-up rounds: until the JVMs are warm (6)")
     parser.add_argument("--settle-bound-s", type=float, help="wait at most this long for a phase's deliveries")
     parser.add_argument("--brokers", type=int, help="local brokers (1; 3 with --broker-kill)")
     parser.add_argument("--broker-kill", action="store_true", help="phase 3: the flood with a broker SIGKILLed")
@@ -509,7 +563,8 @@ def main(argv: list[str] | None = None) -> int:
     changes: dict[str, Any] = {}
     if args.accept_rates:
         changes["accept_rates"] = tuple(float(r) for r in args.accept_rates.split(",") if r)
-    for name in ("accept_s", "users", "campaign_rate", "flood_s", "code_rate", "order_rate", "settle_bound_s",
+    for name in ("warmup_s", "warmup_rate", "warmup_rounds", "accept_s", "users", "campaign_rate", "flood_s",
+                 "code_rate", "order_rate", "settle_bound_s",
                  "brokers", "checkpoint_ms", "stub_latency_ms", "api_processes", "connections", "store",
                  "label"):
         if getattr(args, name) is not None:

@@ -204,11 +204,18 @@ def markdown(result: Mapping[str, Any]) -> str:
         lines.append(f"| {p['name']} | " + " | ".join(
             f"{_ms(h[n].get('p50'))} / {_ms(h[n].get('p99'))}" if n in h else "n/a" for n in names) + " |")
     groups = list(result["phases"][0]["cpu_cores"]) if result["phases"] else []
+    jvms = list(result["phases"][0].get("jit_cores", {})) if result["phases"] else []
     lines += ["", "CPU of each service from the phase's first request until its messages were delivered"
-              f" (cores; the machine has {m['nproc']}):", "",
-              "| phase | " + " | ".join(groups) + " |", "|---|" + "--:|" * len(groups)]
-    for p in result["phases"]:
-        cores = p["cpu_cores"]
-        lines.append(f"| {p['name']} | " + " | ".join("n/a" if cores[g] is None else f"{cores[g]:.2f}" for g in groups)
-                     + " |")
+              f" (cores; the machine has {m['nproc']}), and of it the JVMs' JIT compilers':", "",
+              "| phase | " + " | ".join(groups) + "".join(f" | {g} JIT" for g in jvms) + " |",
+              "|---|" + "--:|" * (len(groups) + len(jvms))]
+    for p in [*result.get("warm_up", []), *result["phases"]]:
+        cores, jit = p["cpu_cores"], p.get("jit_cores", {})
+        name = p.get("name") or f"warm-up {p['round']}"
+        lines.append(f"| {name} | " + " | ".join(_cores(cores.get(g)) for g in groups)
+                     + "".join(f" | {_cores(jit.get(g), 3)}" for g in jvms) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _cores(value: float | None, digits: int = 2) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
