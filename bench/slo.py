@@ -57,7 +57,7 @@ ACCEPT_TARGETS_MS = {1000.0: 50.0, 2000.0: 100.0}
 DELIVERY_TARGETS_MS = {"code": 2000.0, "order": 10_000.0}
 #: what the API saw of a phase (its /metrics, ms): accept, Kafka ack, loop lag, the store
 API_HISTOGRAMS = ("accept_202", "kafka_ack", "loop_lag", "store_queue", "store_call")
-GROUPS = ("broker", "job", "senders", "api", "stub", "generator")
+GROUPS = ("broker", "job", "senders", "api", "store", "stub", "generator")
 #: the JVMs, whose JIT compiler's time is reported per phase
 JVM_GROUPS = ("broker", "job")
 #: a JVM compiling for less than this share of a core over a warm-up round is warm
@@ -471,6 +471,8 @@ def run(plan: Plan, out_dir: Path, keep: bool) -> int:
 
             postgres = LocalPostgres(port=free_port()).start()
             location = postgres.create_database("slo")
+            # the server and its backends (SQLite's work is in its callers' processes)
+            slo.sampler.watch("store", int((postgres.data_dir / "postmaster.pid").read_text().split()[0]))
         s = services = slo.start(cluster, stub, location)
         warm_up = slo.warm_up(s)
         for rate in plan.accept_rates:

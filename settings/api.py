@@ -62,8 +62,10 @@ class ApiSettings(Section):
     :param max_active_campaigns: campaigns a caller may have scheduled, running or paused at once
         (409 ``too_many_campaigns`` past it)
     :param kafka_probe_interval_ms: how often the API asks the brokers for the requests topic's
-        metadata; while they do not answer, ``POST /v1/notifications`` is 503 at once and
-        ``/readyz`` says ``kafka: unreachable``
+        metadata (on connections of its own); once three probes in a row have gone unanswered with
+        no record acknowledged meanwhile (or librdkafka finds every broker down), and until the
+        brokers answer again, ``POST /v1/notifications`` is 503 at once and ``/readyz`` says
+        ``kafka: unreachable``
     :param webhook_secrets: the delivery receipts' HMAC secrets, ``provider=secret`` pairs
         separated by ``;`` (the provider as the senders name it: a URL's host[:port]); a secret
     :param webhook_tolerance_s: a receipt whose timestamp is further than this from the clock is

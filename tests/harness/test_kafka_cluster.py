@@ -26,6 +26,7 @@ from api import campaigns
 from harness.chaos import ChaosPlan, run_chaos
 from harness.local_kafka import LocalBroker, LocalCluster
 from harness.ports import free_port_run
+from operators import codec
 from operators.contract import Topics
 from ops import kafka_io
 from ops.kafka_io import Replication, TopicError
@@ -302,6 +303,82 @@ def test_the_job_and_two_producers_through_a_broker_sigkill(three: CliCluster, t
                                                                     until_end=True) if m.value is not None)
     assert got == Counter(txn.committed) and set(got.values()) == {1}
     assert not set(txn.aborted) & set(got)
+
+
+def test_the_api_accepts_through_a_broker_sigkill(three: CliCluster, tmp_path: Path) -> None:
+    """The API (``dedupctl api run``, its own process, the production ack timeout) on the three
+    nodes, sent 40 requests/s open loop while the node leading most of the requests topic's
+    partitions is SIGKILLed, kept down past its fencing and started again: at least 99.9% of the
+    requests are answered 202 (a request waits for its acknowledgement while its partition moves,
+    it is not refused), and the requests topic holds each 202's request once (read_committed)."""
+    import asyncio
+
+    import httpx
+
+    from tests.api.conftest import RunningApi, api_settings, register_users
+
+    cluster = three.cluster
+    cfg = api_settings(cluster.bootstrap, tmp_path, partitions=3,
+                       api={"ack_timeout_ms": 15_000, "pending_wait_ms": 17_000})
+    users = [f"bk-{i}" for i in range(20)]
+    register_users(cfg, users)
+    api = RunningApi(cfg, tmp_path).start()
+    token = api.token("shop", rate=10_000)  # the answers that waited come at once: no 429 for that
+    rate, seconds, kill_at = 40.0, 45.0, 10.0
+    answers: list[tuple[int, str | None]] = []  # (status, notification id)
+    outage: dict[str, float] = {}
+
+    def lose_a_broker() -> None:
+        time.sleep(kill_at)
+        leaders = cluster.leaders([cfg.topics.requests])
+        victim = max(leaders, key=lambda k: leaders[k])
+        outage["killed"] = time.monotonic()
+        cluster.kill(victim)
+        cluster.wait_brokers(cluster.size - 1, timeout_s=120, exactly=True)
+        outage["fenced"] = time.monotonic()
+        cluster.start_node(victim)
+        cluster.wait_in_sync()
+        outage["back"] = time.monotonic()
+
+    async def send(client: httpx.AsyncClient, n: int) -> None:
+        body = {"user_id": users[n % len(users)], "template": "order_shipped", "params": {"order": f"K-{n}"},
+                "channels": ["sms"]}
+        try:
+            reply = await client.post("/v1/notifications", json=body, headers={"Idempotency-Key": f"bk-{n}"})
+        except httpx.HTTPError:
+            answers.append((0, None))
+            return
+        answers.append((reply.status_code, reply.json().get("id") if reply.status_code == 202 else None))
+
+    async def load() -> None:
+        limits = httpx.Limits(max_connections=2000, max_keepalive_connections=2000)  # never queued here
+        async with httpx.AsyncClient(base_url=api.url, headers={"Authorization": f"Bearer {token}"},
+                                     timeout=30, limits=limits) as client:
+            start = time.monotonic()
+            tasks = []
+            for n in range(int(rate * seconds)):
+                await asyncio.sleep(max(0.0, start + n / rate - time.monotonic()))
+                tasks.append(asyncio.create_task(send(client, n)))
+            await asyncio.gather(*tasks)
+
+    killer = threading.Thread(target=lose_a_broker, daemon=True)
+    killer.start()
+    try:
+        asyncio.run(load())
+        killer.join(240)
+    finally:
+        api.stop()
+    assert {"killed", "fenced", "back"} <= set(outage), outage
+    print(f"node fenced {outage['fenced'] - outage['killed']:.1f} s after its SIGKILL, back in sync after"
+          f" {outage['back'] - outage['killed']:.1f} s")
+    statuses = Counter(status for status, _ in answers)
+    accepted = [nid for status, nid in answers if status == 202]
+    assert len(answers) == int(rate * seconds)
+    assert len(accepted) >= 0.999 * len(answers), statuses
+    written = Counter(codec.decode("notification_request", m.value)["notification_id"]
+                      for m in kafka_io.read_committed(cfg.kafka.client_config(), [cfg.topics.requests],
+                                                       idle_timeout_s=10, until_end=True) if m.value is not None)
+    assert all(written[nid] == 1 for nid in accepted), [nid for nid in accepted if written[nid] != 1][:5]
 
 
 def test_the_cli_kills_one_node_and_stops_the_rest(three: CliCluster) -> None:
