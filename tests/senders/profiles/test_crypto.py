@@ -110,8 +110,11 @@ def test_decryption_agrees_with_fernet_on_every_token() -> None:
     results = [(_ours(both, t), _fernet(keys, t)) for t in tokens]
     assert all(ours == theirs for ours, theirs in results), [t for t, r in zip(tokens, results, strict=True) if r[0] != r[1]]
     opened = [i for i, (ours, _) in enumerate(results) if ours is not None]
-    # the encrypted ones, the one made as Fernet does, the empty one, a token spelt two more ways
-    assert opened == [*range(28), signed_at, signed_at + 8, len(tokens) - 2, len(tokens) - 1]
+    # the encrypted ones, the one made as Fernet does, the empty one; and a token spelt two more
+    # ways where the Fernet installed takes them (cryptography 51 refuses both: an extra "=",
+    # "+" for "-"; earlier versions took them)
+    spelt = [i for i in (len(tokens) - 2, len(tokens) - 1) if _fernet(keys, tokens[i]) is not None]
+    assert opened == [*range(28), signed_at, signed_at + 8, *spelt]
     assert _ours(ContactCipher([NEW], [LOOKUP]), tokens[0]) == "" and _ours(ContactCipher([OLD], [LOOKUP]), tokens[0]) is None
 
 
