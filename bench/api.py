@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.measure import thread_comms, thread_cpu
+
 REPO = Path(__file__).resolve().parent.parent
 #: rate -> the p99 it must stay under (ms)
 TARGETS_P99_MS = {1000.0: 50.0, 2000.0: 100.0}
@@ -102,14 +104,7 @@ class Processes:
 def thread_names(pid: int) -> dict[int, str]:
     """OS thread id -> name: Python's threads by py-spy (their names), the others by /proc (the
     main thread is the event loop's; librdkafka names its own ``rdk:...``)."""
-    names: dict[int, str] = {}
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            comm = (task / "comm").read_text().strip()
-        except OSError:
-            continue
-        tid = int(task.name)
-        names[tid] = "loop (main)" if tid == pid else comm
+    names = {tid: "loop (main)" if tid == pid else comm for tid, comm in thread_comms(pid).items()}
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     try:
         dump = subprocess.run([spy, "dump", "--pid", str(pid), "--json", "--nonblocking"], capture_output=True,
@@ -121,19 +116,6 @@ def thread_names(pid: int) -> dict[int, str]:
     except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError):
         pass
     return names
-
-
-def thread_cpu(pid: int) -> dict[int, float]:
-    """OS thread id -> its CPU seconds (user + system, /proc)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    out: dict[int, float] = {}
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        out[int(task.name)] = (int(fields[11]) + int(fields[12])) / ticks
-    return out
 
 
 def cpu_by_thread(pids: list[int], before: dict[int, dict[int, float]], n: int) -> dict[str, float]:

@@ -418,6 +418,31 @@ def _short_cmd(cmdline: list[str]) -> str:
     return " ".join([exe, *cmdline[1:3]])[:80]
 
 
+def thread_cpu(pid: int) -> dict[int, float]:
+    """OS thread id -> its CPU seconds (user + system, /proc); empty when the process is gone.
+    Native threads too (librdkafka's, a JVM's), which py-spy does not see."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out: dict[int, float] = {}
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended meanwhile
+        out[int(task.name)] = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return out
+
+
+def thread_comms(pid: int) -> dict[int, str]:
+    """OS thread id -> its name as /proc has it (at most 15 characters)."""
+    out: dict[int, str] = {}
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out[int(task.name)] = (task / "comm").read_text().strip()
+        except OSError:
+            continue
+    return out
+
+
 #: HotSpot's JIT compiler threads, as /proc names them (15 characters)
 _JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
 
@@ -427,23 +452,11 @@ def jit_seconds(pid: int) -> float | None:
     JVM of its own and costs a burst of CPU each time); None when the JVM is gone. A compiler
     thread that exited between two readings takes its time with it (HotSpot starts and stops
     extra ones as the queue grows), so a difference may under-count."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
+    cpu = thread_cpu(pid)
+    if not cpu:
         return None
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm", encoding="utf-8", errors="replace") as f:
-                if not f.read().startswith(_JIT_THREADS):
-                    continue
-            with open(f"/proc/{pid}/task/{tid}/stat", encoding="utf-8", errors="replace") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # the thread ended meanwhile
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
-    return total / ticks
+    names = thread_comms(pid)
+    return sum(spent for tid, spent in cpu.items() if names.get(tid, "").startswith(_JIT_THREADS))
 
 
 def java_pids(root_pid: int) -> list[int]:

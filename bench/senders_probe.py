@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from bench.measure import thread_comms, thread_cpu
 from harness.local_kafka import LocalBroker
 from harness.ports import free_port
 from settings import REPO_ROOT, Settings
@@ -36,16 +37,13 @@ from settings import REPO_ROOT, Settings
 def _thread_cpu(pid: int) -> dict[str, float]:
     """CPU seconds (user + system) of every thread of ``pid``, summed by thread name (librdkafka's
     native threads included, which py-spy does not see)."""
-    ticks = os.sysconf("SC_CLK_TCK")
+    names = thread_comms(pid)
     found: dict[str, float] = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            name = (task / "comm").read_text().strip()
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
+    for tid, spent in thread_cpu(pid).items():
+        if tid not in names:  # the thread ended meanwhile
             continue
-        name = re.sub(r"\d+", "N", name)
-        found[name] = found.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+        name = re.sub(r"\d+", "N", names[tid])
+        found[name] = found.get(name, 0.0) + spent
     return found
 
 
