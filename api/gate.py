@@ -35,9 +35,7 @@ class Gate:
         self.app = app
 
     async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+        """An HTTP request (the app, ``api.app.NotifyApp``, sends it nothing else)."""
         start = time.monotonic()
         status = [0]
         started = [False]
