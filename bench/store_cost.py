@@ -7,7 +7,7 @@ records encoded) and mark them published (``StatusStore.mark_published``). Every
 step, and the SQL statements each executed per message (SQLite: every statement the library ran,
 each row of an ``executemany`` counted).
 
-    python -m bench.store_cost --messages 6000 --batch 200 [--vary] [--postgres] [--profile out.prof]
+    python -m bench.store_cost --messages 6000 --batch 200 [--vary] [--campaign] [--postgres] [--profile out.prof]
 """
 
 from __future__ import annotations
@@ -37,24 +37,33 @@ from senders.store.profiles import ProfileCache
 from settings import Settings
 
 
-def _message(i: int) -> bytes:
+def _message(i: int, campaign: bool) -> bytes:
+    """An order update by email, or (``campaign``) a campaign's SMS as ``bench.senders`` sends."""
+    channel = "sms" if campaign else "email"
     return codec.encode(
         "channel_message",
         {
-            "message_key": f"p{i}:email:1",
-            "channel": "email",
+            "message_key": f"p{i}:{channel}:1",
+            "channel": channel,
             "notification_id": f"n{i}",
             "user_id": f"u{i}",
-            "template_id": "order_shipped",
-            "params": {"order": str(i)},
-            "channels": ["email"],
+            "template_id": "eid_sale" if campaign else "order_shipped",
+            "params": {"pct": "20", "campaign": "c"} if campaign else {"order": str(i)},
+            "channels": [channel],
             "priority": "normal",
-            "category": "transactional",
+            "category": "marketing" if campaign else "transactional",
             "event_time": int(time.time() * 1000),
             "dedup_key": f"p{i}",
             "dedup_ttl_sec": None,
         },
     )
+
+
+def _profile(i: int, campaign: bool) -> dict[str, Any]:
+    if not campaign:
+        return {"contacts": {"email": [f"u{i}@example.com"]}}
+    contacts = {"push": [f"tok-u{i}"], "sms": [f"+1555{i:07d}"], "email": [f"u{i}@example.com"]}
+    return {"locale": "en", "contacts": contacts}
 
 
 def _timed(totals: dict[str, float], name: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -73,8 +82,13 @@ def main() -> int:
     )
     parser.add_argument("--postgres", action="store_true", help="the status store on a local PostgreSQL")
     parser.add_argument("--profile", help="cProfile the timed steps into this file")
+    parser.add_argument(
+        "--campaign", action="store_true",
+        help="a campaign's marketing SMS (its daily limit counted), to users with every channel, as bench.senders",
+    )
     args = parser.parse_args()
 
+    channel = Channel.SMS if args.campaign else Channel.EMAIL
     work = Path(tempfile.mkdtemp(prefix="store-cost-"))
     pg = None
     store_at = str(work / "status.sqlite3")
@@ -87,7 +101,7 @@ def main() -> int:
         senders = {
             "status_store": store_at,
             "sqlite_synchronous": "NORMAL",
-            "email_primary": "http://127.0.0.1:9/v1/send",  # never called
+            f"{channel.value}_primary": "http://127.0.0.1:9/v1/send",  # never called
             "contact_encryption_keys": generate_key(),
             "contact_lookup_keys": generate_key(),
         }
@@ -96,7 +110,7 @@ def main() -> int:
         profiles = open_profile_store(cfg)
         for i in range(0, n, 5000):
             profiles.put_many(
-                (f"u{j}", parse_profile({"contacts": {"email": [f"u{j}@example.com"]}}))
+                (f"u{j}", parse_profile(_profile(j, args.campaign)))
                 for j in range(i, min(n, i + 5000))
             )
         store = open_status_store(cfg)
@@ -106,10 +120,10 @@ def main() -> int:
         metrics = Metrics()
         s = cfg.senders
         handler = DeliveryHandler(
-            channel=Channel.EMAIL,
+            channel=channel,
             lane=Lane.NORMAL,
             store=store,
-            dispatcher=build_dispatchers(cfg, [Channel.EMAIL], metrics)[Channel.EMAIL],
+            dispatcher=build_dispatchers(cfg, [channel], metrics)[channel],
             profiles=ProfileCache(open_profile_store(cfg, store), s.profile_cache_ttl_ms),
             rules=rules_context(cfg),
             policy=s.retry_policy(),
@@ -119,7 +133,9 @@ def main() -> int:
             metrics=metrics,
         )
         deliveries = [
-            records.from_channel_record(_message(i), key=f"u{i}".encode(), lane=Lane.NORMAL, source_topic="email")
+            records.from_channel_record(
+                _message(i, args.campaign), key=f"u{i}".encode(), lane=Lane.NORMAL, source_topic=channel.value
+            )
             for i in range(n)
         ]
         totals: dict[str, float] = {}

@@ -90,21 +90,38 @@ def local_day(zone: ZoneInfo, now_ms: int) -> date:
     return datetime.fromtimestamp(now_ms // 1000, tz=zone).date()
 
 
+#: (zone, second) -> the local day and its counter's expiry (ms): the claims of a
+#: batch are ruled at one instant, and most of its users share a few zones
+_DAYS: dict[tuple[ZoneInfo, int], tuple[date, int]] = {}
+_DAYS_MAX = 4096
+
+
+def _marketing_day(zone: ZoneInfo, now_ms: int) -> tuple[date, int]:
+    found = _DAYS.get((zone, now_ms // 1000))
+    if found is not None:
+        return found
+    day = local_day(zone, now_ms)
+    # two local midnights on: past the end of this local day whatever the clocks do
+    after = datetime.combine(day + timedelta(days=2), time(), tzinfo=zone)
+    if len(_DAYS) >= _DAYS_MAX:
+        _DAYS.clear()
+    found = _DAYS[(zone, now_ms // 1000)] = (day, int(after.timestamp()) * 1000)
+    return found
+
+
 def marketing_claim(
     user_id: str, notification_id: str, zone: ZoneInfo, now_ms: int, options: RuleOptions
 ) -> LimitClaim | None:
     """The daily marketing counter a marketing message consumes (None: no limit)."""
     if options.marketing_per_day == 0:
         return None
-    day = local_day(zone, now_ms)
-    # two local midnights on: past the end of this local day whatever the clocks do
-    after = datetime.combine(day + timedelta(days=2), time(), tzinfo=zone)
+    day, expires_ms = _marketing_day(zone, now_ms)
     return LimitClaim(
         key=marketing_key(user_id, day),
         unit=notification_id,
         limit=options.marketing_per_day,
         reason=Reason.MARKETING_LIMIT,
-        expires_at_ms=int(after.timestamp()) * 1000,
+        expires_at_ms=expires_ms,
     )
 
 

@@ -329,6 +329,8 @@ class DeliveryHandler:
         """The contacts with those a provider deactivated marked inactive; one deactivated before
         the user registered it again is reactivated."""
         contacts = read.contacts.of(channel)
+        if not any(c.active and c.address in inactive for c in contacts):
+            return read.contacts  # none deactivated: the common case
         kept = tuple(
             c
             if not c.active
@@ -424,6 +426,7 @@ class DeliveryHandler:
         lease_left_s = (min(job.claimed_at_ms for job, _ in done) + self.lease_ms - self._clock_ms()) / 1000
         recorded = self._record(lambda: finish_many(self.store.db, requests, owner=self.owner), lease_left_s)
         out: list[Handled] = []
+        answered: list[tuple[Delivery, OutcomePlan, AttemptResult]] = []
         for (job, result), plan, ok in zip(done, plans, recorded, strict=True):
             d = job.delivery
             if not ok:
@@ -444,8 +447,9 @@ class DeliveryHandler:
                 template=job.template,
             )
             self._count(d, plan, result, job.template)
-            slis.record_answer(self.metrics, d, self.lane, plan, result, answered_ms=now, prices=self._prices)
+            answered.append((d, plan, result))
             out.append(Handled(outputs, [(d.message_key, d.attempt)]))
+        slis.record_answers(self.metrics, self.lane, answered, answered_ms=now, prices=self._prices)
         return out
 
     @staticmethod
@@ -474,6 +478,8 @@ class DeliveryHandler:
             self.metrics.inc("sender_dead_letters_total", reason=plan.dead_letter.value, **self._labels)
         if plan.deactivate_address:
             self.metrics.inc("sender_addresses_deactivated_total", **self._labels)
+        if self._on_attempt is None:
+            return
         self._emit(
             AttemptEvent(
                 d.channel,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -102,6 +102,16 @@ class Metrics:
             if hist is None:
                 hist = self._histograms[key] = _Histogram(buckets, [0] * (len(buckets) + 1))
             hist.observe(value)
+
+    def observe_many(self, metric: str, values: Iterable[float], buckets: tuple[float, ...], **labels: object) -> None:
+        """``observe`` of each value, under one lock."""
+        key = (metric, _labels(labels))
+        with self._lock:
+            hist = self._histograms.get(key)
+            if hist is None:
+                hist = self._histograms[key] = _Histogram(buckets, [0] * (len(buckets) + 1))
+            for value in values:
+                hist.observe(value)
 
     def _scalars(self) -> list[tuple[tuple[str, Labels], float]]:
         """Counters and gauges, and each histogram as its ``_count`` and ``_sum``; under the lock."""

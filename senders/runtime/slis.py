@@ -9,7 +9,8 @@ of its own), and a request written straight to Kafka carries its producer's even
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 
 from senders.policy.transitions import AttemptResult, OutcomePlan
@@ -47,32 +48,37 @@ def accept_to_provider_s(event_time_ms: int, answered_ms: int) -> float:
     return max(0.0, (answered_ms - event_time_ms) / 1000)
 
 
-def record_answer(
+def record_answers(
     metrics: Metrics,
-    d: Delivery,
     lane: Lane,
-    plan: OutcomePlan,
-    result: AttemptResult,
+    answers: Iterable[tuple[Delivery, OutcomePlan, AttemptResult]],
     *,
     answered_ms: int,
     prices: Mapping[str, float],
 ) -> None:
-    """Count one provider answer: its outcome; when the provider took the message, its time from
-    accept and its price (``prices``: per provider name, missing ones cost 0)."""
-    if result.provider is None:
-        return  # no provider was called (no time left in the lease): nothing answered
-    provider, channel = result.provider, d.channel.value
-    outcome = delivery_outcome(plan)
-    metrics.inc("sender_deliveries_total", channel=channel, lane=lane.value, provider=provider, outcome=outcome.value)
-    if outcome is not DeliveryOutcome.SENT:
-        return
-    metrics.observe(
-        "sender_accept_to_provider_seconds",
-        accept_to_provider_s(d.event_time_ms, answered_ms),
-        ACCEPT_TO_PROVIDER_BUCKETS,
-        channel=channel,
-        lane=lane.value,
-        category=d.category,
-    )
+    """Count a batch's provider answers: each one's outcome; when the provider took the message,
+    its time from accept and its price (``prices``: per provider name, missing ones cost 0).
+    The counts of a label set are added once per batch."""
+    outcomes: Counter[tuple[str, str, str]] = Counter()
+    waits: dict[tuple[str, str], list[float]] = {}
+    sent: Counter[tuple[str, str]] = Counter()
+    for d, plan, result in answers:
+        if result.provider is None:
+            continue  # no provider was called (no time left in the lease): nothing answered
+        channel = d.channel.value
+        outcome = delivery_outcome(plan)
+        outcomes[(channel, result.provider, outcome.value)] += 1
+        if outcome is DeliveryOutcome.SENT:
+            waits.setdefault((channel, d.category), []).append(accept_to_provider_s(d.event_time_ms, answered_ms))
+            sent[(channel, result.provider)] += 1
+    for (channel, provider, outcome_value), n in outcomes.items():
+        metrics.inc("sender_deliveries_total", n, channel=channel, lane=lane.value, provider=provider,
+                    outcome=outcome_value)
+    for (channel, category), values in waits.items():
+        metrics.observe_many(
+            "sender_accept_to_provider_seconds", values, ACCEPT_TO_PROVIDER_BUCKETS,
+            channel=channel, lane=lane.value, category=category,
+        )
     # counted at a price of 0 too: the series is there before anyone sets a price
-    metrics.inc("sender_cost_units_total", prices.get(provider, 0.0), channel=channel, provider=provider)
+    for (channel, provider), n in sent.items():
+        metrics.inc("sender_cost_units_total", prices.get(provider, 0.0) * n, channel=channel, provider=provider)

@@ -131,7 +131,8 @@ def _lock_counters(db: Database, cur: Any, limits: Iterable[LimitClaim], now_ms:
 def _rows(
     db: Database, cur: Any, requests: Sequence[ClaimRequest], now_ms: int
 ) -> tuple[dict[str, StatusRow], set[str]]:
-    """The requests' rows, made queued where missing, locked in key order; and the keys made."""
+    """The requests' rows, made queued where missing, locked in key order; and the keys made. The
+    rows the insert made are locked by it and known without reading them back."""
     ordered = sorted(requests, key=lambda r: r.message_key)
     inserted: set[str] = set()
     rows: dict[str, StatusRow] = {}
@@ -151,8 +152,18 @@ def _rows(
             " RETURNING message_key",
             values,
         ).fetchall()
-        inserted.update(r[0] for r in made)
-        marks, keys = db.in_list([r.message_key for r in part])
+        made_now = {r[0] for r in made}
+        inserted |= made_now
+        for r in part:  # a row just made is as inserted (and locked by the insert): not read back
+            if r.message_key in made_now:
+                rows[r.message_key] = StatusRow(
+                    r.message_key, r.notification_id, r.channel, r.lane, DeliveryStatus.QUEUED, 0, None, None, None,
+                    None, 0, None, False, now_ms, r.user_id,
+                )
+        existing = [r.message_key for r in part if r.message_key not in made_now]
+        if not existing:
+            continue
+        marks, keys = db.in_list(existing)
         for found in db.exec(
             cur,
             f"SELECT {_COLUMNS} FROM delivery_status WHERE message_key IN ({marks}) ORDER BY message_key"

@@ -414,10 +414,24 @@ class ProfileCache:
                 return hit[1]
         found = self._store.read(user_id)
         with self._lock:
-            if len(self._entries) > self.max_entries:
-                self._entries = {k: v for k, v in self._entries.items() if v[0] > now}
-            self._entries[user_id] = (now + self._ttl_s, found)
+            self._keep(now, {user_id: found})
         return found
+
+    def _keep(self, now: float, reads: Mapping[str, ProfileRead | ProfileError]) -> None:
+        """Cache the reads (not the errors); under the lock. The entries are in the order they
+        expire (each one kept goes to the end), so the expired ones are dropped from the front as
+        they go: a campaign's users, each read once, do not pile up to ``max_entries``."""
+        entries = self._entries
+        while entries:
+            first = next(iter(entries))
+            if entries[first][0] > now and len(entries) < self.max_entries:
+                break
+            del entries[first]
+        until = now + self._ttl_s
+        for user_id, read in reads.items():
+            if isinstance(read, ProfileRead):
+                entries.pop(user_id, None)
+                entries[user_id] = (until, read)
 
     def read_many(
         self, user_ids: Iterable[str], channel: Channel | None = None
@@ -438,12 +452,6 @@ class ProfileCache:
             return out
         found = self._store.read_many(missing, channel)
         with self._lock:
-            if len(self._entries) > self.max_entries:
-                self._entries = {k: v for k, v in self._entries.items() if v[0] > now}
-                while len(self._entries) > self.max_entries:
-                    self._entries.pop(next(iter(self._entries)))
-            for user_id, read in found.items():
-                if isinstance(read, ProfileRead):
-                    self._entries[user_id] = (now + self._ttl_s, read)
+            self._keep(now, found)
         out.update(found)
         return out

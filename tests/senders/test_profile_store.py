@@ -18,7 +18,7 @@ from senders.profiles.model import parse_profile
 from senders.records import TemplateRef
 from senders.runtime.pool import contact_cipher
 from senders.statuses import DeliveryStatus, Lane
-from senders.store.profiles import ProfileStore
+from senders.store.profiles import ProfileCache, ProfileStore
 from senders.store.status import StatusStore, open_store
 from settings import Settings
 
@@ -175,3 +175,21 @@ def test_put_many_in_groups_keeps_registrations_and_applies_a_user_given_twice_i
     profiles.put_many([("u-1", parse_profile({})), ("u-2", parse_profile({})), ("u-1", parse_profile(sms))])
     again = profiles.read("u-1").registered_ms[(Channel.SMS, "+15550001234")]
     assert again > first and profiles.get("u-1") == parse_profile(sms)
+
+
+def test_the_profile_cache_keeps_a_read_for_its_ttl_and_lets_the_expired_go(store: StatusStore) -> None:
+    profiles = _profiles(store)
+    profiles.put_many((f"u{i}", parse_profile({"contacts": {"email": [f"u{i}@example.com"]}})) for i in range(3))
+    now = [100.0]
+    cache = ProfileCache(profiles, ttl_ms=5_000, clock=lambda: now[0])
+    first = cache.read_many(["u0", "u1"], Channel.EMAIL)
+    profiles.put("u0", parse_profile({"contacts": {"email": ["changed@example.com"]}}))
+    now[0] += 4.9
+    again = cache.read_many(["u0", "u1"], Channel.EMAIL)
+    assert again["u0"] is first["u0"] and again["u1"] is first["u1"]  # within the TTL: the reads kept
+    now[0] += 0.2
+    # past it: read again (the change seen), and the expired entries are gone, not kept until a bound
+    fresh = cache.read_many(["u0"], Channel.EMAIL)
+    assert [c.address for c in fresh["u0"].contacts.email] == ["changed@example.com"]  # type: ignore[union-attr]
+    assert cache.read("u2").contacts.email[0].address == "u2@example.com"
+    assert sorted(cache._entries) == ["u0", "u2"]
