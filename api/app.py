@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import gc
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -31,6 +30,7 @@ from api.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from api.models import CampaignIn, Health
 from api.scopes import ROUTE_SCOPES, check_routes, display_path
 from api.services import Services
+from ops import collector
 from senders.errors import StoreUnavailableError
 from senders.store.db import Database
 
@@ -185,17 +185,16 @@ def create_app(factory: Callable[[], Services] | None = None) -> FastAPI:
         lag = asyncio.get_running_loop().create_task(svc.metrics.watch_loop(), name="api-loop-lag")
         # what start-up made lives as long as the process: out of the collector's sight, a full
         # collection no longer walks it (one took 80-180 ms of every thread's time, the loop's too)
-        gc.freeze()
-        logger.info("the API is ready")
-        try:
-            yield
-        finally:
-            logger.info("the API is stopping: campaigns, verdicts, the producer (flush), the store")
-            lag.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await lag
-            svc.stop()
-            gc.unfreeze()
+        with collector.serving(young_threshold=None):
+            logger.info("the API is ready")
+            try:
+                yield
+            finally:
+                logger.info("the API is stopping: campaigns, verdicts, the producer (flush), the store")
+                lag.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await lag
+                svc.stop()
 
     app = NotifyApp(title=TITLE, version=VERSION, lifespan=lifespan, docs_url=None, redoc_url=None,
                   generate_unique_id_function=lambda route: route.name)

@@ -15,6 +15,7 @@ from typing import Any
 
 from operators.errors import ConfigError
 from operators.records import Channel
+from ops import collector
 from ops.status_view import fmt_time
 from senders.errors import InstanceInUseError
 from senders.providers import OutboxProvider
@@ -70,26 +71,27 @@ def cmd_senders_run(cfg: Settings, args: argparse.Namespace) -> int:
     interval = cfg.senders.metrics_log_interval_s
     next_log = time.monotonic() + interval if interval > 0 else None
     logger.info("running %d sender workers: %s", len(pool.workers), ", ".join(w.name for w in pool.workers))
-    try:
+    with collector.serving():  # start-up frozen out of the collector's sight while the workers run
         try:
-            pool.start()
-        except InstanceInUseError as exc:
-            logger.error("not starting: %s", exc)
-            sys.stderr.write(f"dedupctl senders run: {exc}\n")
-            return 2
-        while not stop.wait(0.2):
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                break
-            if next_log is not None and now >= next_log:
-                next_log = now + interval
-                _log_metrics(pool.metrics.snapshot())
-    finally:
-        pool.stop()
-        if server is not None:
-            server.shutdown()
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            try:
+                pool.start()
+            except InstanceInUseError as exc:
+                logger.error("not starting: %s", exc)
+                sys.stderr.write(f"dedupctl senders run: {exc}\n")
+                return 2
+            while not stop.wait(0.2):
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    break
+                if next_log is not None and now >= next_log:
+                    next_log = now + interval
+                    _log_metrics(pool.metrics.snapshot())
+        finally:
+            pool.stop()
+            if server is not None:
+                server.shutdown()
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
     _log_metrics(pool.metrics.snapshot())
     if pool.fatal is not None:
         sys.stderr.write(f"dedupctl senders run: {pool.fatal}\n")
