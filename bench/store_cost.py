@@ -7,7 +7,8 @@ records encoded) and mark them published (``StatusStore.mark_published``). Every
 step, and the SQL statements each executed per message (SQLite: every statement the library ran,
 each row of an ``executemany`` counted).
 
-    python -m bench.store_cost --messages 6000 --batch 200 [--vary] [--campaign] [--postgres] [--profile out.prof]
+    python -m bench.store_cost --messages 6000 --batch 200 [--vary] [--campaign sms|push|email] [--postgres]
+        [--profile out.prof]
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ from senders.store.profiles import ProfileCache
 from settings import Settings
 
 
-def _message(i: int, campaign: bool) -> bytes:
-    """An order update by email, or (``campaign``) a campaign's SMS as ``bench.senders`` sends."""
-    channel = "sms" if campaign else "email"
+def _message(i: int, campaign: str | None) -> bytes:
+    """An order update by email, or a campaign's message on the ``campaign`` channel as
+    ``bench.senders`` sends it."""
+    channel = campaign or "email"
     return codec.encode(
         "channel_message",
         {
@@ -59,7 +61,7 @@ def _message(i: int, campaign: bool) -> bytes:
     )
 
 
-def _profile(i: int, campaign: bool) -> dict[str, Any]:
+def _profile(i: int, campaign: str | None) -> dict[str, Any]:
     if not campaign:
         return {"contacts": {"email": [f"u{i}@example.com"]}}
     contacts = {"push": [f"tok-u{i}"], "sms": [f"+1555{i:07d}"], "email": [f"u{i}@example.com"]}
@@ -83,12 +85,13 @@ def main() -> int:
     parser.add_argument("--postgres", action="store_true", help="the status store on a local PostgreSQL")
     parser.add_argument("--profile", help="cProfile the timed steps into this file")
     parser.add_argument(
-        "--campaign", action="store_true",
-        help="a campaign's marketing SMS (its daily limit counted), to users with every channel, as bench.senders",
+        "--campaign", choices=[c.value for c in Channel],
+        help="a campaign's marketing messages on this channel (its daily limit counted), to users with every"
+        " channel, as bench.senders sends them",
     )
     args = parser.parse_args()
 
-    channel = Channel.SMS if args.campaign else Channel.EMAIL
+    channel = Channel(args.campaign or "email")
     work = Path(tempfile.mkdtemp(prefix="store-cost-"))
     pg = None
     store_at = str(work / "status.sqlite3")
