@@ -4,15 +4,16 @@ asynchronous: many calls of one worker are in flight at once on the process's ev
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
+from operators.records import Channel
 from senders.errors import ProviderError, ProviderPermanentError, ProviderRetryableError
-from senders.runtime.metrics import Metrics
+from senders.providers.deadlines import Deadlines
+from senders.runtime.metrics import CounterKey, Metrics
 from senders.templates.render import Rendered
 
 logger = logging.getLogger(__name__)
@@ -36,8 +37,8 @@ class Provider(ABC):
     """One way out for one channel. Subclasses implement ``_try_send`` and raise
     ``ProviderRetryableError`` or ``ProviderPermanentError``; anything else they raise is
     treated as a transient failure (and logged with its traceback). ``send`` cuts a call at
-    ``timeout_s`` (``asyncio.timeout``: connect, TLS, login and the reply all count), whatever
-    the server does meanwhile."""
+    ``timeout_s`` (``asyncio.timeout``'s meaning on one timer for all calls: ``deadlines``;
+    connect, TLS, login and the reply all count), whatever the server does meanwhile."""
 
     #: the protocol the provider speaks, set by each adapter (``http``, ``smtp``, ``outbox``, ...):
     #: ``senders run`` logs it per channel and ``make demo`` prints it
@@ -54,6 +55,8 @@ class Provider(ABC):
     def __init__(self, *, name: str, metrics: Metrics | None = None) -> None:
         self.name = name
         self.metrics = metrics if metrics is not None else Metrics()
+        self._counter_keys: dict[tuple[int, str, Channel, str], tuple[CounterKey, CounterKey]] = {}
+        self._deadlines = Deadlines()
 
     async def send(self, *, to: str, message_key: str, message: Rendered) -> Receipt:
         """Send one rendered message; ``message_key`` doubles as the idempotency key. Raises
@@ -62,8 +65,11 @@ class Provider(ABC):
         outcome = "sent"
         channel = message.channel
         try:
-            async with asyncio.timeout(self.timeout_s):
+            if self.timeout_s is None:
                 reference = await self._try_send(to=to, message_key=message_key, message=message)
+            else:
+                async with self._deadlines.within(self.timeout_s):
+                    reference = await self._try_send(to=to, message_key=message_key, message=message)
         except TimeoutError:
             outcome = "transient"
             logger.debug("%s: no reply to %s in time", self.name, message_key, extra={"provider": self.name})
@@ -112,10 +118,8 @@ class Provider(ABC):
             raise ProviderRetryableError(self.name, f"unexpected {type(exc).__name__}") from exc
         finally:
             elapsed = (time.monotonic() - start) * 1000
-            self.metrics.inc(
-                "provider_calls_total", provider=self.name, channel=channel.value, outcome=outcome
-            )
-            self.metrics.inc("provider_call_ms_sum", elapsed, provider=self.name, channel=channel.value)
+            calls, ms = self._call_counters(channel, outcome)
+            self.metrics.add((calls, 1.0), (ms, elapsed))
         # DEBUG: a busy sender makes thousands of these a second (the counters above say it all)
         logger.debug(
             "%s accepted %s in %.0f ms",
@@ -125,6 +129,18 @@ class Provider(ABC):
             extra={"message_key": message_key, "provider": self.name},
         )
         return Receipt(self.name, reference, elapsed)
+
+    def _call_counters(self, channel: Channel, outcome: str) -> tuple[CounterKey, CounterKey]:
+        """The keys of ``provider_calls_total`` and ``provider_call_ms_sum`` for a call's channel
+        and outcome, made once (a busy sender counts thousands of calls a second)."""
+        found = self._counter_keys.get((id(self.metrics), self.name, channel, outcome))
+        if found is None:
+            found = self._counter_keys[(id(self.metrics), self.name, channel, outcome)] = (
+                self.metrics.counter_key("provider_calls_total", provider=self.name, channel=channel.value,
+                                         outcome=outcome),
+                self.metrics.counter_key("provider_call_ms_sum", provider=self.name, channel=channel.value),
+            )
+        return found
 
     def describe(self) -> str:
         """``<protocol> (<name>)``, e.g. ``http (sms-a.example:443)``: how logs and the demo show a

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 Labels = tuple[tuple[str, str], ...]
+CounterKey = tuple[str, Labels]
 
 
 #: the sorted labels of each keyword set seen (a process has few: channel, lane, provider,
@@ -83,6 +84,18 @@ class Metrics:
     _gauges: dict[tuple[str, Labels], float] = field(default_factory=dict)
     _histograms: dict[tuple[str, Labels], _Histogram] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @staticmethod
+    def counter_key(metric: str, **labels: object) -> CounterKey:
+        """A counter's key, for ``add``: a caller that counts the same series on every message
+        makes its key once."""
+        return (metric, _labels(labels))
+
+    def add(self, *amounts: tuple[CounterKey, float]) -> None:
+        """Add to counters by their keys (``counter_key``), under one lock."""
+        with self._lock:
+            for key, amount in amounts:
+                self._counters[key] = self._counters.get(key, 0.0) + amount
 
     def inc(self, metric: str, amount: float = 1.0, **labels: object) -> None:
         key = (metric, _labels(labels))

@@ -10,8 +10,8 @@ from operators.metric_names import SENDER_METRICS
 from settings import REPO_ROOT
 
 #: a metric the senders count, set or observe: ``metrics.inc("name", ...)``, ``metrics.set(...)``,
-#: ``metrics.observe(...)``, ``metrics.observe_many(...)``
-RECORDED = re.compile(r"metrics\.(?:inc|set|observe|observe_many)\(\s*\"([A-Za-z0-9_:]+)\"")
+#: ``metrics.observe(...)``, ``metrics.observe_many(...)``, ``metrics.counter_key(...)``
+RECORDED = re.compile(r"metrics\.(?:inc|set|observe|observe_many|counter_key)\(\s*\"([A-Za-z0-9_:]+)\"")
 
 
 def recorded_names(root: Path = REPO_ROOT / "senders") -> dict[str, list[str]]:
