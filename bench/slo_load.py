@@ -15,8 +15,10 @@ still timed from then). Streams (``KIND``):
   first answer) when n % 10 == 5, an order otherwise (:func:`mix_kind`).
 
 Each answered request is one JSON line in OUT: ``[stream, kind, key, due (epoch s), latency ms,
-status, dedup_key]`` (the dedup key from the answer's body, null when it had none): the harness
-matches them to the provider stubs' arrivals. An answer slower than ``--timeout`` is status 0.
+status, dedup_key, sent late ms]`` (the dedup key from the answer's body, null when it had none;
+how long after it was due the request was written: waiting for a free connection or for this
+process to be run): the harness matches them to the provider stubs' arrivals. An answer slower
+than ``--timeout`` is status 0.
 """
 
 from __future__ import annotations
@@ -94,6 +96,7 @@ async def _worker(conn: Connection, queue: asyncio.Queue[Item | None], out: list
             if item is None:
                 return
             stream, kind, key, due, head, data = item
+            sent = time.perf_counter()  # its lateness: waiting for a connection, or for a CPU
             try:
                 async with asyncio.timeout(timeout_s):  # not wait_for: in 3.11 it can swallow a cancel
                     status, answer = await conn.exchange(head, data)
@@ -102,10 +105,10 @@ async def _worker(conn: Connection, queue: asyncio.Queue[Item | None], out: list
                 status, answer = 0, b""
             except asyncio.CancelledError:  # the phase is over and this one still unanswered: an error
                 out.append([stream, kind, key, round(due + offset, 6), round((time.perf_counter() - due) * 1000, 3),
-                            0, None])
+                            0, None, round((sent - due) * 1000, 3)])
                 raise
             out.append([stream, kind, key, round(due + offset, 6), round((time.perf_counter() - due) * 1000, 3),
-                        status, _dedup_key(status, answer)])
+                        status, _dedup_key(status, answer), round((sent - due) * 1000, 3)])
     finally:
         conn.close()
 

@@ -9,8 +9,9 @@ from bench import slo_report as report
 from bench.slo_load import codes_in, mix_kind
 
 
-def rec(kind: str, key: str, due: float, ms: float, status: int, dedup_key: str | None) -> list[object]:
-    return ["mix", kind, key, due, ms, status, dedup_key]
+def rec(kind: str, key: str, due: float, ms: float, status: int, dedup_key: str | None,
+        late_ms: float = 0.0) -> list[object]:
+    return ["mix", kind, key, due, ms, status, dedup_key, late_ms]
 
 
 def test_a_message_key_splits_into_its_dedup_key_and_channel_even_with_colons_in_the_key() -> None:
@@ -26,9 +27,10 @@ def test_by_request_keeps_the_first_of_a_pair_and_drops_keys_it_cannot_read() ->
 
 
 def test_accept_summary_nearest_rank_percentiles_and_errors() -> None:
-    records = [rec("order", f"k{i}", 0.0, float(i), 202, f"d{i}") for i in range(1, 99)]
-    records += [rec("order", "k99", 0.0, 99.0, 503, None), rec("repeat", "k1", 0.0, 100.0, 200, "d1")]
+    records = [rec("order", f"k{i}", 0.0, float(i), 202, f"d{i}", late_ms=i / 10) for i in range(1, 99)]
+    records += [rec("order", "k99", 0.0, 99.0, 503, None, 9.9), rec("repeat", "k1", 0.0, 100.0, 200, "d1", 10.0)]
     got = report.accept_summary(records)
+    assert (got["sent_late_p50_ms"], got["sent_late_p99_ms"]) == (5.0, 9.9)
     assert got["requests"] == 100
     assert got["statuses"] == {"200": 1, "202": 98, "503": 1}
     assert got["errors"] == 1 and got["error_rate"] == 0.01
