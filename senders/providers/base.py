@@ -55,7 +55,7 @@ class Provider(ABC):
     def __init__(self, *, name: str, metrics: Metrics | None = None) -> None:
         self.name = name
         self.metrics = metrics if metrics is not None else Metrics()
-        self._counter_keys: dict[tuple[int, str, Channel, str], tuple[CounterKey, CounterKey]] = {}
+        self._counter_keys: dict[tuple[str, Channel, str], tuple[CounterKey, CounterKey]] = {}
         self._deadlines = Deadlines()
 
     async def send(self, *, to: str, message_key: str, message: Rendered) -> Receipt:
@@ -133,9 +133,9 @@ class Provider(ABC):
     def _call_counters(self, channel: Channel, outcome: str) -> tuple[CounterKey, CounterKey]:
         """The keys of ``provider_calls_total`` and ``provider_call_ms_sum`` for a call's channel
         and outcome, made once (a busy sender counts thousands of calls a second)."""
-        found = self._counter_keys.get((id(self.metrics), self.name, channel, outcome))
+        found = self._counter_keys.get((self.name, channel, outcome))
         if found is None:
-            found = self._counter_keys[(id(self.metrics), self.name, channel, outcome)] = (
+            found = self._counter_keys[(self.name, channel, outcome)] = (
                 self.metrics.counter_key("provider_calls_total", provider=self.name, channel=channel.value,
                                          outcome=outcome),
                 self.metrics.counter_key("provider_call_ms_sum", provider=self.name, channel=channel.value),
