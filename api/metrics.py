@@ -76,6 +76,10 @@ class ApiMetrics:
                                     buckets=SHORT_BUCKETS, registry=r)
         self.reservation_batch = Histogram(names.API_RESERVATION_BATCH, "Idempotency reservations per store"
                                            " transaction", buckets=BATCH_BUCKETS, registry=r)
+        self.reservation = Histogram(names.API_RESERVATION_SECONDS, "A request's idempotency reservation, from"
+                                     " its hand-over to the store writer to its answer (the writer's round and"
+                                     " its transaction: SQLite's write lock included)", buckets=LATENCY_BUCKETS,
+                                     registry=r)
         self.rate_grants = Counter(names.API_RATE_GRANTS, "Store transactions that leased a chunk of a caller's"
                                    " per-second budget, by bucket", ("bucket",), registry=r)
         self.gc_pause = Histogram(names.API_GC_PAUSE_SECONDS, "The garbage collector's collections, by generation",

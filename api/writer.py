@@ -52,6 +52,7 @@ class StoreWriter:
     :param read_profile: a user's profile (from the cache or the store), in the writer's thread
     :param max_batch: the most reservations, and the most completions, in one round
     :param observe_batch: told the reservations of each round
+    :param observe_wait: told each reservation's time, from ``reserve`` to its answer (seconds)
     """
 
     def __init__(
@@ -61,12 +62,14 @@ class StoreWriter:
         read_profile: Callable[[Database, str], ProfileRead],
         max_batch: int = 256,
         observe_batch: Callable[[int], None] | None = None,
+        observe_wait: Callable[[float], None] | None = None,
     ) -> None:
         self._opener = opener
         self._terms = terms
         self._read_profile = read_profile
         self._max_batch = max_batch
         self._observe_batch = observe_batch
+        self._observe_wait = observe_wait
         self._waiting: list[_Waiting] = []
         self._pending: dict[str, Completion] = {}
         self._order: list[str] = []
@@ -87,10 +90,15 @@ class StoreWriter:
         user without a profile: the key is released again). Raises what the store raised."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Reply] = loop.create_future()
+        started = time.monotonic()
         with self._cond:
             self._waiting.append(_Waiting(item, future, loop))
             self._cond.notify()
-        return await future
+        try:
+            return await future
+        finally:
+            if self._observe_wait is not None:
+                self._observe_wait(time.monotonic() - started)
 
     def complete(self, key: str, answer: dict[str, Any], record: RequestRecord) -> None:
         with self._cond:

@@ -21,6 +21,7 @@ HISTOGRAMS = {
     "store_queue": (names.API_STORE_QUEUE_SECONDS, {}),
     "store_call": (names.API_STORE_CALL_SECONDS, {}),
     "reservation_batch": (names.API_RESERVATION_BATCH, {}),
+    "reservation": (names.API_RESERVATION_SECONDS, {}),
     "gc_pause": (names.API_GC_PAUSE_SECONDS, {}),
 }
 

@@ -56,7 +56,7 @@ ACCEPT_TARGETS_MS = {1000.0: 50.0, 2000.0: 100.0}
 #: kind -> API call -> provider p99 it must stay within during the flood (ms)
 DELIVERY_TARGETS_MS = {"code": 2000.0, "order": 10_000.0}
 #: what the API saw of a phase (its /metrics, ms): accept, Kafka ack, loop lag, the store
-API_HISTOGRAMS = ("accept_202", "kafka_ack", "loop_lag", "store_queue", "store_call")
+API_HISTOGRAMS = ("accept_202", "kafka_ack", "reservation", "loop_lag", "store_queue", "store_call")
 GROUPS = ("broker", "job", "senders", "api", "store", "stub", "generator")
 #: the JVMs, whose JIT compiler's time is reported per phase
 JVM_GROUPS = ("broker", "job")

@@ -204,6 +204,41 @@ def test_a_read_waits_for_the_writers_round_holding_the_answers_given_before_it(
         reader.close()
 
 
+def test_the_writer_tells_each_reservation_s_time_from_its_hand_over_to_its_answer(tmp_path: Path) -> None:
+    import asyncio
+    import threading
+
+    from api.idempotency import Reserve, Terms
+    from api.writer import StoreWriter
+
+    location = str(tmp_path / "w.sqlite3")
+    setup = open_database(location, synchronous="NORMAL")
+    prepare(setup)
+    setup.close()
+    go = threading.Event()  # the writer's round waits for this: a store that is slow to answer
+    waits: list[float] = []
+
+    def terms() -> Terms:
+        go.wait(10)
+        return Terms(int(time.time() * 1000), 60_000, 10_000)
+
+    writer = StoreWriter(lambda: open_database(location, synchronous="NORMAL"), terms,
+                         lambda db, user: ProfileRead(Preferences(), Contacts()), observe_wait=waits.append)
+
+    async def scenario() -> None:
+        threading.Timer(0.3, go.set).start()
+        first, second = await asyncio.gather(writer.reserve(Reserve("k1", "fp", "n1", "u1")),
+                                             writer.reserve(Reserve("k2", "fp", "n2", "u1")))
+        assert first[0].outcome is second[0].outcome is Reservation.NEW
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        go.set()
+        writer.stop(5.0)
+    assert len(waits) == 2 and all(0.25 <= w < 5.0 for w in waits)
+
+
 def test_the_backlog_counts_what_a_group_has_not_consumed_and_the_gate_reads_it_sparingly() -> None:
     from api.backlog import Gate, waiting
 
