@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.senders_load import profile_line
 from harness.ports import free_port
 from operators import codec
 from operators.records import Channel
@@ -62,10 +63,12 @@ def _message(i: int, campaign: str | None) -> bytes:
 
 
 def _profile(i: int, campaign: str | None) -> dict[str, Any]:
+    """An order email's user, or a campaign's: every channel, as ``bench.senders`` imports them."""
     if not campaign:
         return {"contacts": {"email": [f"u{i}@example.com"]}}
-    contacts = {"push": [f"tok-u{i}"], "sms": [f"+1555{i:07d}"], "email": [f"u{i}@example.com"]}
-    return {"locale": "en", "contacts": contacts}
+    profile: dict[str, Any] = json.loads(profile_line(f"u{i}", i))
+    del profile["user_id"]
+    return profile
 
 
 def _timed(totals: dict[str, float], name: str, fn: Callable[..., Any], *args: Any) -> Any:

@@ -97,7 +97,8 @@ _DAYS_MAX = 4096
 
 
 def _marketing_day(zone: ZoneInfo, now_ms: int) -> tuple[date, int]:
-    found = _DAYS.get((zone, now_ms // 1000))
+    key = (zone, now_ms // 1000)
+    found = _DAYS.get(key)
     if found is not None:
         return found
     day = local_day(zone, now_ms)
@@ -105,7 +106,7 @@ def _marketing_day(zone: ZoneInfo, now_ms: int) -> tuple[date, int]:
     after = datetime.combine(day + timedelta(days=2), time(), tzinfo=zone)
     if len(_DAYS) >= _DAYS_MAX:
         _DAYS.clear()
-    found = _DAYS[(zone, now_ms // 1000)] = (day, int(after.timestamp()) * 1000)
+    found = _DAYS[key] = (day, int(after.timestamp()) * 1000)
     return found
 
 

@@ -109,12 +109,7 @@ class Metrics:
     def observe(self, metric: str, value: float, buckets: tuple[float, ...], **labels: object) -> None:
         """One observation of a histogram whose upper bounds are ``buckets`` (ascending; the same
         for every call of one metric)."""
-        key = (metric, _labels(labels))
-        with self._lock:
-            hist = self._histograms.get(key)
-            if hist is None:
-                hist = self._histograms[key] = _Histogram(buckets, [0] * (len(buckets) + 1))
-            hist.observe(value)
+        self.observe_many(metric, (value,), buckets, **labels)
 
     def observe_many(self, metric: str, values: Iterable[float], buckets: tuple[float, ...], **labels: object) -> None:
         """``observe`` of each value, under one lock."""

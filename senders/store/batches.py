@@ -157,8 +157,10 @@ def _rows(
         for r in part:  # a row just made is as inserted (and locked by the insert): not read back
             if r.message_key in made_now:
                 rows[r.message_key] = StatusRow(
-                    r.message_key, r.notification_id, r.channel, r.lane, DeliveryStatus.QUEUED, 0, None, None, None,
-                    None, 0, None, False, now_ms, r.user_id,
+                    message_key=r.message_key, notification_id=r.notification_id, channel=r.channel, lane=r.lane,
+                    status=DeliveryStatus.QUEUED, attempts=0, provider=None, last_error=None, dead_letter=None,
+                    retry_at_ms=None, lease_until_ms=0, owner=None, unpublished=False, updated_ms=now_ms,
+                    user_id=r.user_id,
                 )
         existing = [r.message_key for r in part if r.message_key not in made_now]
         if not existing:
