@@ -23,7 +23,7 @@ from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from api.accept import accept, channels_now, check_key, fingerprint, header_text, unknown_user
+from api.accept import Reach, accept, channels_now, check_key, fingerprint, header_text, unknown_user
 from api.asgi import AsgiScope, Send, header, respond, send_json
 from api.callers import Caller, name_problem, shared_key
 from api.docs import V1, errors
@@ -36,7 +36,6 @@ from api.store import RequestRecord
 from api.users import check_user
 from operators.tracing import CALLER, NOTIFICATION_ID, unsampled
 from senders.errors import StoreUnavailableError
-from senders.store.profiles import ProfileRead
 
 logger = logging.getLogger(__name__)
 router = APIRouter()
@@ -181,7 +180,7 @@ async def _notify(
     accepted = accept(body, caller=caller, catalog=s.catalog, limits=s.limits, dedup_key=dedup_key,
                       notification_id=notification_id, now_ms=now, traceparent=traceparent)
     fp = fingerprint(caller, body, namespace)
-    reserved, profile = await _reserve(s, idem_key, fp, notification_id, body.user_id)
+    reserved, reach = await _reserve(s, idem_key, fp, notification_id, body.user_id)
     if reserved.outcome is Reservation.REPLAY:
         s.metrics.repeats.labels("replay").inc()
         assert reserved.answer is not None
@@ -189,8 +188,8 @@ async def _notify(
     if reserved.outcome is Reservation.OTHER_BODY:
         s.metrics.repeats.labels("other_body").inc()
         raise ApiError(422, "idempotency_key_reused", "this Idempotency-Key was used with another request")
-    assert profile is not None
-    if not profile.exists:
+    assert reach is not None
+    if not reach.exists:
         raise unknown_user(body.user_id)
     down = s.producer.unavailable()
     if down is not None:
@@ -205,7 +204,7 @@ async def _notify(
         s.writer.release(idem_key, notification_id)
         s.metrics.unavailable.labels("kafka_no_ack").inc()
         raise kafka_unavailable("Kafka did not acknowledge the request in time") from None
-    queued, skipped = channels_now(profile, req.channels, accepted.kind, accepted.allow_unverified)
+    queued, skipped = channels_now(reach, req.channels, accepted.kind, accepted.allow_unverified)
     answer = {"id": notification_id, "dedup_key": dedup_key, "queued": queued, "skipped": skipped,
               "status_url": f"/v1/notifications/{notification_id}"}
     record = RequestRecord(notification_id, dedup_key, req.user_id, req.template_id,
@@ -217,8 +216,8 @@ async def _notify(
 
 async def _reserve(
     s: Services, idem_key: str, fp: str, notification_id: str, user_id: str
-) -> tuple[Reserved, ProfileRead | None]:
-    """The key reserved for this request (NEW, with the user's profile), or the first answer
+) -> tuple[Reserved, Reach | None]:
+    """The key reserved for this request (NEW, with what the user's profile says), or the first answer
     (REPLAY), or OTHER_BODY: in the store writer's next round, with the requests of the same
     moment. A key being written (IN_PROGRESS) is waited for: its answer from this process's
     writer, or from the store once it is done there (another process, or this one's round that
@@ -227,9 +226,9 @@ async def _reserve(
     deadline = time.monotonic() + api.pending_wait_ms / 1000
     pause = _FIRST_POLL_S
     while True:
-        reserved, profile = await s.writer.reserve(Reserve(idem_key, fp, notification_id, user_id))
+        reserved, reach = await s.writer.reserve(Reserve(idem_key, fp, notification_id, user_id))
         if reserved.outcome is not Reservation.IN_PROGRESS:
-            return reserved, profile
+            return reserved, reach
         held = s.writer.answer_of(idem_key)
         if held is not None:
             return Reserved(Reservation.REPLAY, held), None

@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from fastapi import Request
 
 from api import campaigns
+from api.accept import Reach
 from api.backlog import Backlog
 from api.backlog import Lane as BacklogLane
+from api.database import StoreAccess
 from api.idempotency import Terms
 from api.leader import Elector
 from api.metrics import ApiMetrics
@@ -29,10 +31,10 @@ from operators.limits import RequestLimits
 from operators.records import Channel
 from operators.tracing import OFF, Tracing, start_tracing
 from senders.profiles.crypto import ContactCipher
-from senders.runtime.pool import contact_cipher, group_id, source_topic, store_location
+from senders.runtime.pool import contact_cipher, group_id, source_topic
 from senders.statuses import Lane
-from senders.store.db import Database, open_database
-from senders.store.profiles import ProfileRead, ProfileStore
+from senders.store.db import Database, is_postgres
+from senders.store.profiles import ProfileStore
 from senders.templates.catalog import Catalog, load_catalog
 from settings import Settings
 
@@ -54,6 +56,7 @@ class Services:
     elector: Elector
     writer: StoreWriter
     profiles: ProfileReads
+    profile_reads: Database  # the store writer's connection for its profile reads
     metrics: ApiMetrics
     tracing: Tracing = OFF
     ready: bool = field(default=False)
@@ -72,6 +75,7 @@ class Services:
         self.elector.stop(timeout)  # what this process ran once stops first, then the lease goes
         self.producer.close(timeout)
         self.writer.stop(timeout)
+        self.profile_reads.close()
         self.pool.close()
         self.metrics.unwatch_gc()
         self.tracing.shutdown()
@@ -80,12 +84,8 @@ class Services:
 def build_services(cfg: Settings) -> Services:
     """Everything the API needs; a wrong setting (store, keys, templates, secrets) stops the start."""
     s, api = cfg.senders, cfg.api
-    password = s.status_store_password.get_secret_value() if s.status_store_password else None
-    location = store_location(cfg)
-
-    def opener() -> Database:
-        return open_database(location, synchronous=api.sqlite_synchronous, password=password,
-                             busy_timeout_ms=s.sqlite_busy_timeout_ms)
+    store = StoreAccess.of(cfg)
+    opener = store.open
 
     metrics = ApiMetrics()
 
@@ -94,17 +94,18 @@ def build_services(cfg: Settings) -> Services:
         metrics.store_call.observe(call_s)
 
     # SQLite takes one writer at a time: more threads only wait in its busy handler
-    shared = location.startswith(("postgresql://", "postgres://"))
-    pool = StorePool(opener, api.store_threads if shared else 1, observe_store)
+    pool = StorePool(opener, api.store_threads if is_postgres(store.location) else 1, observe_store)
     limits = cfg.dedup.request_limits()
     client = cfg.kafka.client_config()
     cipher = contact_cipher(cfg)
     profiles = ProfileReads(s.profile_cache_ttl_ms)
+    reads = store.open_store()  # the store writer's profile reads (api.database: not the requests file)
+    profile_store = ProfileStore(reads, cipher)
 
-    def read_profile(db: Database, user_id: str) -> ProfileRead:
+    def read_profile(user_id: str) -> Reach:
         found = profiles.get(user_id)
         if found is None:
-            found = ProfileStore(db, cipher).read(user_id)
+            found = Reach.of(profile_store.read(user_id))
             profiles.put(user_id, found)  # kept only when the user has a profile
         return found
 
@@ -164,9 +165,10 @@ def build_services(cfg: Settings) -> Services:
                              on_lease=lambda bucket: metrics.rate_grants.labels(bucket).inc()),
         singletons=singletons,
         elector=Elector(opener, ttl_ms=api.lease_ttl_ms, on_elected=elected, on_deposed=deposed),
-        writer=StoreWriter(opener, terms, read_profile, api.writer_max_batch, metrics.reservation_batch.observe,
-                           metrics.reservation.observe),
+        writer=StoreWriter(store.open_requests, terms, read_profile, api.writer_max_batch,
+                           metrics.reservation_batch.observe, metrics.reservation.observe),
         profiles=profiles,
+        profile_reads=reads,
         metrics=metrics,
         tracing=tracing,
     )

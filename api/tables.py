@@ -1,10 +1,16 @@
 """The API's tables, in the senders' status store database (``senders.store.db``), and their
 migration from an earlier layout (``prepare``: run by the API at start and by the commands that
-use the tables)."""
+use the tables). On SQLite the request tables are in a file of their own (``api.database``)."""
 
 from __future__ import annotations
 
+from senders.errors import StatusStoreError
 from senders.store.db import Database
+
+#: on SQLite, the schema name of the file that holds ``REQUEST_TABLES`` (``api.database``)
+REQUESTS = "requests"
+#: the tables every accepted request writes (the store writer's, ``api.writer``)
+REQUEST_TABLES = ("api_idempotency", "api_request")
 
 TOKEN_TABLE = """CREATE TABLE IF NOT EXISTS {name} (
         token_hash TEXT PRIMARY KEY,
@@ -27,37 +33,6 @@ SCHEMA = (
     )""",
     # bearer tokens of the callers: only the SHA-256 of a token is kept
     TOKEN_TABLE.format(name="api_token"),
-    # Idempotency-Key -> the first request's fingerprint and answer, for a bounded time
-    """CREATE TABLE IF NOT EXISTS api_idempotency (
-        idem_key TEXT PRIMARY KEY,
-        fingerprint TEXT NOT NULL,
-        state TEXT NOT NULL,
-        notification_id TEXT NOT NULL,
-        user_id TEXT NOT NULL,
-        answer TEXT,
-        created_ms BIGINT NOT NULL,
-        expires_ms BIGINT NOT NULL
-    )""",
-    "CREATE INDEX IF NOT EXISTS api_idempotency_by_expiry ON api_idempotency (expires_ms)",
-    "CREATE INDEX IF NOT EXISTS api_idempotency_by_user ON api_idempotency (user_id)",
-    # each request the API wrote to Kafka, and where
-    """CREATE TABLE IF NOT EXISTS api_request (
-        notification_id TEXT PRIMARY KEY,
-        dedup_key TEXT NOT NULL,
-        user_id TEXT NOT NULL,
-        template TEXT NOT NULL,
-        channels TEXT NOT NULL,
-        priority TEXT NOT NULL,
-        caller TEXT NOT NULL,
-        event_time_ms BIGINT NOT NULL,
-        accepted_ms BIGINT NOT NULL,
-        kafka_partition INTEGER NOT NULL,
-        kafka_offset BIGINT NOT NULL
-    )""",
-    "CREATE INDEX IF NOT EXISTS api_request_by_key ON api_request (dedup_key)",
-    "CREATE INDEX IF NOT EXISTS api_request_by_user ON api_request (user_id, accepted_ms)",
-    "CREATE INDEX IF NOT EXISTS api_request_by_position ON api_request (kafka_partition, kafka_offset)",
-    "CREATE INDEX IF NOT EXISTS api_request_by_age ON api_request (accepted_ms)",
     # the job's verdicts other than accepted: duplicate (of which original), late, invalid
     """CREATE TABLE IF NOT EXISTS api_outcome (
         notification_id TEXT NOT NULL,
@@ -139,16 +114,82 @@ SCHEMA = (
     "CREATE INDEX IF NOT EXISTS api_campaign_user_by_user ON api_campaign_user (user_id)",
 )
 
+REQUEST_SCHEMA = (
+    # Idempotency-Key -> the first request's fingerprint and answer, for a bounded time
+    """CREATE TABLE IF NOT EXISTS {into}api_idempotency (
+        idem_key TEXT PRIMARY KEY,
+        fingerprint TEXT NOT NULL,
+        state TEXT NOT NULL,
+        notification_id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        answer TEXT,
+        created_ms BIGINT NOT NULL,
+        expires_ms BIGINT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS {into}api_idempotency_by_expiry ON api_idempotency (expires_ms)",
+    "CREATE INDEX IF NOT EXISTS {into}api_idempotency_by_user ON api_idempotency (user_id)",
+    # each request the API wrote to Kafka, and where
+    """CREATE TABLE IF NOT EXISTS {into}api_request (
+        notification_id TEXT PRIMARY KEY,
+        dedup_key TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        template TEXT NOT NULL,
+        channels TEXT NOT NULL,
+        priority TEXT NOT NULL,
+        caller TEXT NOT NULL,
+        event_time_ms BIGINT NOT NULL,
+        accepted_ms BIGINT NOT NULL,
+        kafka_partition INTEGER NOT NULL,
+        kafka_offset BIGINT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS {into}api_request_by_key ON api_request (dedup_key)",
+    "CREATE INDEX IF NOT EXISTS {into}api_request_by_user ON api_request (user_id, accepted_ms)",
+    "CREATE INDEX IF NOT EXISTS {into}api_request_by_position ON api_request (kafka_partition, kafka_offset)",
+    "CREATE INDEX IF NOT EXISTS {into}api_request_by_age ON api_request (accepted_ms)",
+)
+
 #: made once the tables have their current layout (after ``migrate``)
 AFTER_MIGRATION = ("CREATE INDEX IF NOT EXISTS api_token_by_caller ON api_token (caller)",)
 
 
+def request_schema(into: str = "") -> tuple[str, ...]:
+    """``REQUEST_SCHEMA`` in the schema ``into`` (``"requests."``; ``""``: the connection's main)."""
+    return tuple(ddl.format(into=into) for ddl in REQUEST_SCHEMA)
+
+
 def prepare(db: Database) -> int:
     """The API's tables, created where missing and migrated in place from an earlier layout;
-    returns the callers the migration made (0 when there was nothing to migrate)."""
+    returns the callers the migration made (0 when there was nothing to migrate). On SQLite,
+    ``db`` has the requests file attached (``api.database``)."""
     from api.migrate import migrate
 
     db.ensure_schema(SCHEMA)
+    if db.dialect == "sqlite":
+        if REQUESTS not in db.attached:
+            raise StatusStoreError("the API's tables on SQLite need the requests file attached: open the store"
+                                   " with api.database")
+        db.ensure_schema(request_schema(f"{REQUESTS}."))
+        move_requests(db)
+    else:
+        db.ensure_schema(request_schema())
     made = migrate(db)
     db.ensure_schema(AFTER_MIGRATION)
     return made
+
+
+def move_requests(db: Database) -> int:
+    """SQLite: the request tables of a store from before they had a file of their own, moved
+    there (in one transaction over both files; a move cut short is finished by the next start,
+    a row already moved is kept once). Returns the rows moved."""
+    moved = 0
+    with db.tx() as cur:
+        for table in REQUEST_TABLES:
+            found = db.exec(cur, "SELECT 1 FROM main.sqlite_master WHERE type = 'table' AND name = ?",
+                            (table,)).fetchone()
+            if found is None:
+                continue
+            columns = ", ".join(str(r[1]) for r in db.exec(cur, f"PRAGMA main.table_info({table})").fetchall())
+            moved += max(0, db.exec(cur, f"INSERT OR IGNORE INTO {REQUESTS}.{table} ({columns})"
+                                         f" SELECT {columns} FROM main.{table}").rowcount)
+            db.exec(cur, f"DROP TABLE main.{table}")
+    return moved

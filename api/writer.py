@@ -6,8 +6,9 @@ Then it reads the profiles of the new requests' users that are not cached, and a
 with one hand-over to the event loop.
 
 So the store sees one write transaction per round, not one per request, and in a process there
-is one writer of these tables: on SQLite, no connection of the process waits in the busy handler
-for another one's write lock (it sleeps 1, 2, 5, 10 ms... between tries). A round that fails
+is one writer of these tables: on SQLite, in a file of their own (``api.database``), so the writer
+waits in the busy handler (it sleeps 1, 2, 5, 10 ms... between tries) neither for another
+connection of the process nor for the senders. A round that fails
 (the store does not answer) fails its reservations at once (the API answers 503) and keeps the
 completions, retried after a pause that doubles up to 2 s.
 
@@ -28,15 +29,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from api.accept import Reach
 from api.idempotency import Completion, Release, Reservation, Reserve, Reserved, Terms, write_batch
 from api.store import RequestRecord
 from senders.store.db import Database
-from senders.store.profiles import ProfileRead
 
 logger = logging.getLogger(__name__)
 
-#: a new request's outcome, and for a NEW one its user's profile
-Reply = tuple[Reserved, ProfileRead | None]
+#: a new request's outcome, and for a NEW one what its user's profile says of the channels
+Reply = tuple[Reserved, Reach | None]
 
 
 @dataclass(slots=True)
@@ -47,9 +48,9 @@ class _Waiting:
 
 
 class StoreWriter:
-    """:param opener: the writer's own connection
+    """:param opener: the writer's own connection (on SQLite to the requests file alone: ``api.database``)
     :param terms: the reservations' terms now (the time, the keys' TTL, the stale time)
-    :param read_profile: a user's profile (from the cache or the store), in the writer's thread
+    :param read_profile: what a user's profile says (from the cache or the store), in the writer's thread
     :param max_batch: the most reservations, and the most completions, in one round
     :param observe_batch: told the reservations of each round
     :param observe_wait: told each reservation's time, from ``reserve`` to its answer (seconds)
@@ -59,7 +60,7 @@ class StoreWriter:
         self,
         opener: Callable[[], Database],
         terms: Callable[[], Terms],
-        read_profile: Callable[[Database, str], ProfileRead],
+        read_profile: Callable[[str], Reach],
         max_batch: int = 256,
         observe_batch: Callable[[int], None] | None = None,
         observe_wait: Callable[[float], None] | None = None,
@@ -86,7 +87,7 @@ class StoreWriter:
     # -- from the event loop -----------------------------------------------------------------------
 
     async def reserve(self, item: Reserve) -> Reply:
-        """Reserve a key in the next round: its outcome, and for a new one the user's profile (a
+        """Reserve a key in the next round: its outcome, and for a new one what the user's profile says (a
         user without a profile: the key is released again). Raises what the store raised."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Reply] = loop.create_future()
@@ -203,22 +204,21 @@ class StoreWriter:
             self._stored(completions)
             if waiting and self._observe_batch is not None:
                 self._observe_batch(len(waiting))
-            _answer([(w, self._with_profile(db, w.item, reserved)) for w, reserved in zip(waiting, outcomes,
-                                                                                          strict=True)])
+            _answer([(w, self._with_profile(w.item, reserved)) for w, reserved in zip(waiting, outcomes, strict=True)])
         if db is not None:
             db.close()
 
-    def _with_profile(self, db: Database, item: Reserve, reserved: Reserved) -> Reply | BaseException:
+    def _with_profile(self, item: Reserve, reserved: Reserved) -> Reply | BaseException:
         if reserved.outcome is not Reservation.NEW:
             return reserved, None
         try:
-            profile = self._read_profile(db, item.user_id)
+            reach = self._read_profile(item.user_id)
         except Exception as exc:  # noqa: BLE001 - the request gets the store's failure
             self.release(item.key, item.notification_id)
             return exc
-        if not profile.exists:
+        if not reach.exists:
             self.release(item.key, item.notification_id)
-        return reserved, profile
+        return reserved, reach
 
     def stop(self, timeout_s: float) -> None:
         """Store what is held (up to ``timeout_s``), then stop."""

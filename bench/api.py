@@ -173,8 +173,8 @@ def run(args: argparse.Namespace) -> int:
     import psutil
 
     from api.callers import Caller
+    from api.database import open_api_store
     from api.scopes import Scope
-    from api.tables import prepare
     from api.tokens import create_caller
     from bench import api_scrape
     from harness.local_kafka import LocalCluster
@@ -212,13 +212,14 @@ def run(args: argparse.Namespace) -> int:
         kafka_io.create_topics(cfg.kafka.client_config(), cfg.topics.all(), 3)
         kafka_io.create_topics(cfg.kafka.client_config(), [cfg.senders.status_topic], 3)
         store = open_status_store(cfg)
-        prepare(store.db)
+        api_db = open_api_store(cfg)
         open_profile_store(cfg, store).put_many(
             (f"user-{i}", parse_profile({"contacts": {Channel.SMS.value: [f"+1555{i:07d}"]}}))
             for i in range(args.users)
         )
-        token = create_caller(store.db, Caller("bench", frozenset({Scope.SEND}), frozenset({Category.TRANSACTIONAL})),
+        token = create_caller(api_db, Caller("bench", frozenset({Scope.SEND}), frozenset({Category.TRANSACTIONAL})),
                               int(time.time() * 1000))
+        api_db.close()
         store.close()
         config = write_settings(cfg, home / "api.toml")
         log = (home / "api.log").open("wb")

@@ -56,7 +56,7 @@ ACCEPT_TARGETS_MS = {1000.0: 50.0, 2000.0: 100.0}
 #: kind -> API call -> provider p99 it must stay within during the flood (ms)
 DELIVERY_TARGETS_MS = {"code": 2000.0, "order": 10_000.0}
 #: what the API saw of a phase (its /metrics, ms): accept, Kafka ack, loop lag, the store
-API_HISTOGRAMS = ("accept_202", "kafka_ack", "reservation", "loop_lag", "store_queue", "store_call")
+API_HISTOGRAMS = ("accept_202", "kafka_ack", "reservation", "loop_lag", "store_queue", "store_call", "gc_pause")
 GROUPS = ("broker", "job", "senders", "api", "store", "stub", "generator")
 #: the JVMs, whose JIT compiler's time is reported per phase
 JVM_GROUPS = ("broker", "job")
@@ -138,8 +138,8 @@ class Slo:
 
     def start(self, cluster: Any, stub: StubProcess, store_location: str) -> Services:
         from api.callers import Caller
+        from api.database import open_api_store
         from api.scopes import Scope
-        from api.tables import prepare
         from api.tokens import create_caller
         from harness.chaos import wait_running
         from harness.ports import free_port
@@ -148,7 +148,7 @@ class Slo:
         from ops import kafka_io
         from ops.flink_rest import RestClient
         from senders.profiles.crypto import generate_key
-        from senders.runtime.pool import ensure_topics, open_status_store
+        from senders.runtime.pool import ensure_topics
 
         plan = self.plan
         origin = f"http://127.0.0.1:{stub.port}"
@@ -168,12 +168,11 @@ class Slo:
         kafka_io.ensure_topics(cfg.kafka, cfg.topics.all(), plan.partitions)
         ensure_topics(cfg, [Channel.PUSH, Channel.SMS])
         config = write_settings(cfg, self.work / "slo.toml")
-        store = open_status_store(cfg)
-        prepare(store.db)
-        token = create_caller(store.db, Caller(CALLER, frozenset({Scope.SEND, Scope.CAMPAIGNS, Scope.STATUS_READ}),
-                                               frozenset({Category.TRANSACTIONAL, Category.MARKETING})),
+        db = open_api_store(cfg)
+        token = create_caller(db, Caller(CALLER, frozenset({Scope.SEND, Scope.CAMPAIGNS, Scope.STATUS_READ}),
+                                         frozenset({Category.TRANSACTIONAL, Category.MARKETING})),
                               int(time.time() * 1000))
-        store.close()
+        db.close()
         self._import_users(config)
         self.cluster = cluster
         procs = self.procs
@@ -311,6 +310,7 @@ class Slo:
             jit_cores[g] = None if a is None or b is None else round(max(0.0, b - a) / (t2 - t0), 3)
         return {"name": name, "load_average": [round(load0, 2), round(load1, 2)],
                 "api_metrics": {k: metrics[k] for k in API_HISTOGRAMS},
+                "api_gc_by_generation": metrics["gc_pauses_by_generation"],
                 "cpu_cores": self.cores(t0, t2), "jit_cores": jit_cores, "seconds": round(t1 - t0, 1),
                 "settled": settled, "settle_s": round(settle_s, 1), "notes": []}
 

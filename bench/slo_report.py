@@ -201,7 +201,7 @@ def markdown(result: Mapping[str, Any]) -> str:
             rate, held, done = "-", "-", "-"
         lines.append(f"| {p['name']} | {done} | {rate} | {held} | **{p['repeated_provider_keys']}** |"
                      f" {p['settle_s']:.0f} s{'' if p['settled'] else ' (bound)'} | {'; '.join(p['notes']) or ''} |")
-    names = ("accept_202", "kafka_ack", "reservation", "loop_lag", "store_queue", "store_call")
+    names = ("accept_202", "kafka_ack", "reservation", "loop_lag", "store_queue", "store_call", "gc_pause")
     lines += ["", "What the API's /metrics saw over the phase's load (ms, p50 / p99 from the histograms' buckets):",
               "", "| phase | " + " | ".join(names) + " |", "|---|" + "--:|" * len(names)]
     for p in result["phases"]:

@@ -14,7 +14,6 @@ from typing import Any
 
 from dedupctl import campaigns_cmd
 from operators.errors import ConfigError
-from senders.runtime.pool import open_status_store
 from settings import Settings
 
 _DURATION = re.compile(r"([1-9]\d{0,8})([smhd])")
@@ -49,8 +48,8 @@ def cmd_api_run(cfg: Settings, args: argparse.Namespace) -> int:
 
 def cmd_api_token_create(cfg: Settings, args: argparse.Namespace) -> int:
     from api.callers import Caller, parse_categories, parse_list
+    from api.database import open_api_store
     from api.scopes import parse_scopes
-    from api.tables import prepare
     from api.tokens import create_caller, rotate
 
     now = int(time.time() * 1000)
@@ -76,15 +75,13 @@ def cmd_api_token_create(cfg: Settings, args: argparse.Namespace) -> int:
             )
     except ValueError as exc:
         raise ConfigError(f"api token create: {exc}") from None
-    store = open_status_store(cfg)
+    db = open_api_store(cfg)
     try:
-        prepare(store.db)
-        token = rotate(store.db, args.caller, now, expires) if caller is None else create_caller(
-            store.db, caller, now, expires)
+        token = rotate(db, args.caller, now, expires) if caller is None else create_caller(db, caller, now, expires)
     except ValueError as exc:
         raise ConfigError(f"api token create: {exc}") from None
     finally:
-        store.close()
+        db.close()
     what = "another token" if caller is None else "a token"
     sys.stderr.write(f"{what} for {args.caller}, expires {_time(expires)} (shown once; the store keeps only its"
                      " hash):\n")
@@ -93,15 +90,14 @@ def cmd_api_token_create(cfg: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_api_token_list(cfg: Settings, args: argparse.Namespace) -> int:
-    from api.tables import prepare
+    from api.database import open_api_store
     from api.tokens import list_tokens
 
-    store = open_status_store(cfg)
+    db = open_api_store(cfg)
     try:
-        prepare(store.db)
-        tokens = list_tokens(store.db)
+        tokens = list_tokens(db)
     finally:
-        store.close()
+        db.close()
     if args.json:
         for t in tokens:
             _out(json.dumps({"caller": t.caller, "token_id": t.token_id, "scopes": t.scopes.split(",") if t.scopes
@@ -118,19 +114,18 @@ def cmd_api_token_list(cfg: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_api_token_revoke(cfg: Settings, args: argparse.Namespace) -> int:
-    from api.tables import prepare
+    from api.database import open_api_store
     from api.tokens import revoke
 
     if (args.token_id is None) == (args.caller is None):
         raise ConfigError("api token revoke: give a TOKEN_ID or --caller NAME, one of them")
-    store = open_status_store(cfg)
+    db = open_api_store(cfg)
     try:
-        prepare(store.db)
-        n = revoke(store.db, token_id=args.token_id, caller=args.caller)
+        n = revoke(db, token_id=args.token_id, caller=args.caller)
     except ValueError as exc:
         raise ConfigError(f"api token revoke: {exc}") from None
     finally:
-        store.close()
+        db.close()
     ttl = cfg.api.token_cache_ttl_ms / 1000
     _out(f"{n} token(s) revoked: refused at once by an API process that has not cached them, within {ttl:g} s"
          " (api.token_cache_ttl_ms) by one that has")

@@ -73,16 +73,15 @@ def cmd_users_get(cfg: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_users_erase(cfg: Settings, args: argparse.Namespace) -> int:
+    from api.database import open_api_store
     from api.erase import erase_user
-    from api.tables import prepare
 
     _user_id(cfg, args.user_id)
-    store = open_status_store(cfg)
+    db = open_api_store(cfg)  # the API's tables: erased too, whether or not an API ever ran here
     try:
-        prepare(store.db)  # the API's tables: erased too, whether or not an API ever ran here
-        done = erase_user(store.db, contact_cipher(cfg), args.user_id)
+        done = erase_user(db, contact_cipher(cfg), args.user_id)
     finally:
-        store.close()
+        db.close()
     _out(
         f"user {args.user_id}: {'profile' if done.profile else 'no profile'} erased, {done.contacts} contact(s),"
         f" {done.statuses} status row(s), {done.limit_counters} limit counter(s), {done.requests} API request(s),"

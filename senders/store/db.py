@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -141,8 +141,13 @@ class Database:
         dialect: str,
         transient: tuple[type[BaseException], ...],
         where: str,
+        attached: frozenset[str] = frozenset(),
+        store_tables: bool = True,
     ) -> None:
         self.dialect = dialect
+        #: the other SQLite files each connection has attached, by schema name
+        self.attached = attached
+        self._store_tables = store_tables
         self.where = where  # for messages: a path, or host/database (never a password)
         self._connect = connect
         self._transient = transient
@@ -213,6 +218,8 @@ class Database:
         return self._conn
 
     def _create_schema(self) -> None:
+        if not self._store_tables:
+            return
         with self.tx() as cur:
             if self.dialect == "postgresql":
                 cur.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
@@ -316,12 +323,20 @@ def _postgres(location: str, password: str | None, connect_timeout_s: int) -> Da
     return Database(connect, dialect="postgresql", transient=(psycopg.OperationalError,), where=where)
 
 
-def _sqlite(location: str, synchronous: str, busy_timeout_ms: int) -> Database:
-    # sqlite:///relative.db or sqlite:////absolute/path.db, as SQLAlchemy spells them
-    path = Path(location[len("sqlite:///") :] if location.startswith("sqlite:///") else location)
+def sqlite_path(location: str) -> Path:
+    """The file of a SQLite location: ``sqlite:///relative.db`` or ``sqlite:////absolute/path.db``
+    (as SQLAlchemy spells them), or a path."""
+    return Path(location[len("sqlite:///") :] if location.startswith("sqlite:///") else location)
+
+
+def _sqlite(location: str, synchronous: str, busy_timeout_ms: int, attach: Mapping[str, Path],
+            store_tables: bool) -> Database:
+    path = sqlite_path(location)
     mode = synchronous.upper()
     if mode not in ("OFF", "NORMAL", "FULL", "EXTRA"):
         raise StatusStoreError(f"unknown sqlite synchronous mode {synchronous!r}")
+    if not all(name.isidentifier() for name in attach):
+        raise StatusStoreError(f"attached schema names must be identifiers: {sorted(attach)}")
     path.parent.mkdir(parents=True, exist_ok=True)
 
     def connect() -> sqlite3.Connection:
@@ -333,14 +348,18 @@ def _sqlite(location: str, synchronous: str, busy_timeout_ms: int) -> Database:
             cached_statements=PREPARED_STATEMENTS,
         )
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={mode}")
+            for schema in ("main", *attach):
+                if schema != "main":
+                    conn.execute(f"ATTACH DATABASE ? AS {schema}", (str(attach[schema]),))
+                conn.execute(f"PRAGMA {schema}.journal_mode=WAL")
+                conn.execute(f"PRAGMA {schema}.synchronous={mode}")
         except BaseException:
             conn.close()
             raise
         return conn
 
-    return Database(connect, dialect="sqlite", transient=(sqlite3.OperationalError,), where=str(path))
+    return Database(connect, dialect="sqlite", transient=(sqlite3.OperationalError,), where=str(path),
+                    attached=frozenset(attach), store_tables=store_tables)
 
 
 def open_database(
@@ -350,18 +369,30 @@ def open_database(
     password: str | None = None,
     busy_timeout_ms: int = 30_000,
     connect_timeout_s: int = 10,
+    attach: Mapping[str, Path] | None = None,
+    store_tables: bool = True,
 ) -> Database:
     """``location``: a ``postgresql://`` DSN, ``sqlite:///path``, or a file path. Connects at
-    once, so that a wrong location is reported at start."""
-    if location.startswith(("postgresql://", "postgres://")):
+    once, so that a wrong location is reported at start.
+
+    SQLite only: ``attach`` (schema name -> file) other files to every connection (a writer's
+    ``BEGIN IMMEDIATE`` then takes the write lock of each of them too); ``store_tables=False``
+    for a file that holds none of the store's own tables."""
+    if is_postgres(location):
+        if attach:
+            raise StatusStoreError("a PostgreSQL store attaches no other files")
         db = _postgres(location, password, connect_timeout_s)
     else:
-        db = _sqlite(location, synchronous, busy_timeout_ms)
+        db = _sqlite(location, synchronous, busy_timeout_ms, attach or {}, store_tables)
     try:
         db._connection()
     except StoreUnavailableError as exc:
         raise StatusStoreError(f"cannot open the status store: {exc}") from None
     return db
+
+
+def is_postgres(location: str) -> bool:
+    return location.startswith(("postgresql://", "postgres://"))
 
 
 def is_shared(db: Database) -> bool:

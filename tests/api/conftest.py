@@ -19,9 +19,9 @@ import httpx
 import pytest
 
 from api.callers import Caller
+from api.database import open_api_store
 from api.scopes import Scope
 from api.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
-from api.tables import prepare
 from api.tokens import create_caller
 from harness.local_jaeger import LocalJaeger
 from harness.ports import free_port
@@ -29,7 +29,7 @@ from harness.settings_file import write_settings
 from operators.contract import Topics
 from operators.records import Category, Channel
 from ops import kafka_io
-from senders.runtime.pool import ensure_topics, open_status_store
+from senders.runtime.pool import ensure_topics
 from senders.statuses import Lane
 from settings import REPO_ROOT, Settings
 from tests.senders.conftest import fast_senders, read_records, register_users
@@ -131,12 +131,11 @@ class RunningApi:
 
 
 def make_token(cfg: Settings, caller: Caller, expires_ms: int | None = None) -> str:
-    store = open_status_store(cfg)
+    db = open_api_store(cfg)
     try:
-        prepare(store.db)
-        return create_caller(store.db, caller, int(time.time() * 1000), expires_ms)
+        return create_caller(db, caller, int(time.time() * 1000), expires_ms)
     finally:
-        store.close()
+        db.close()
 
 
 ALL_SCOPES = tuple(Scope)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
+from api.database import open_api_store
 from api.idempotency import complete_keys, reserve_key
 from api.scopes import ROUTE_SCOPES, Scope, display_path
 from api.store import RequestRecord
@@ -106,15 +107,15 @@ def _request(m: Matrix, route: tuple[str, str], client: httpx.Client, n: int) ->
 def _own_notification(p: Pipeline, caller: str) -> None:
     """A notification of ``caller`` (which may only read statuses) in the store, as the API
     records the ones it wrote: its Idempotency-Key ``status-evt``."""
-    store = open_status_store(p.cfg)
+    db = open_api_store(p.cfg)
     try:
         now = int(time.time() * 1000)
         key = f"{caller}/status-evt"
-        reserve_key(store.db, key, "fp", "n_matrix_status", "nusrat", now, 60_000, 10_000)
-        complete_keys(store.db, [(key, {"id": "n_matrix_status"}, RequestRecord(
+        reserve_key(db, key, "fp", "n_matrix_status", "nusrat", now, 60_000, 10_000)
+        complete_keys(db, [(key, {"id": "n_matrix_status"}, RequestRecord(
             "n_matrix_status", key, "nusrat", "order_shipped", ("sms",), "normal", caller, now, now, 0, 0))])
     finally:
-        store.close()
+        db.close()
 
 
 def test_every_route_admits_exactly_its_scope(pipeline: Pipeline) -> None:

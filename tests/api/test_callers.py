@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 
 from api.callers import Caller
+from api.database import StoreAccess
 from api.scopes import LEGACY_SCOPES, ROUTE_SCOPES, Scope, check_routes, markdown_table, route_of
-from api.tables import SCHEMA, prepare
+from api.tables import SCHEMA, prepare, request_schema
 from api.tokens import CallerExists, TokenCache, create_caller, list_tokens, lookup, revoke, rotate, token_id
 from dedupctl.cli import main
 from harness.settings_file import write_settings
 from operators.records import Category
-from senders.store.db import Database, open_database
+from senders.store.db import Database
 from settings import REPO_ROOT, Settings
 from tests.senders.conftest import store_location  # noqa: F401 - the fixture (SQLite and PostgreSQL)
 
@@ -26,7 +27,7 @@ SHOP = Caller("shop", frozenset({Scope.SEND, Scope.STATUS_READ}), frozenset({Cat
 
 @pytest.fixture
 def db(tmp_path: Path) -> Database:
-    found = open_database(str(tmp_path / "s.sqlite3"), synchronous="NORMAL")
+    found = StoreAccess(str(tmp_path / "s.sqlite3")).open()
     prepare(found)
     return found
 
@@ -101,12 +102,13 @@ def test_docs_and_readme_show_the_route_scope_table() -> None:
 
 def test_an_earlier_token_table_is_migrated_in_place_with_send_and_status_read(store_location: str) -> None:  # noqa: F811
     """On SQLite and on PostgreSQL."""
-    db = open_database(store_location, synchronous="NORMAL")
+    db = StoreAccess(store_location).open()
     legacy = [s.replace("api_token (\n        token_hash TEXT PRIMARY KEY,\n        caller TEXT NOT NULL,\n"
                         "        created_ms BIGINT NOT NULL,\n        expires_ms BIGINT,", "api_token (\n"
                         "        token_hash TEXT PRIMARY KEY, caller TEXT NOT NULL, categories TEXT NOT NULL,"
                         " templates TEXT NOT NULL, rate_per_sec DOUBLE PRECISION, created_ms BIGINT NOT NULL,")
               for s in SCHEMA if "api_caller" not in s]
+    legacy += request_schema()  # then in the store's own file on SQLite too: moved to the requests file
     assert any("categories" in s for s in legacy)
     db.ensure_schema(legacy)
     from api.tokens import new_token, token_hash

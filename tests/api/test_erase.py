@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from api import campaigns
+from api.database import StoreAccess
 from api.erase import erase_user
 from api.idempotency import complete_keys, reserve_key
 from api.store import Outcome, RequestRecord, record_outcomes, record_receipt
@@ -30,7 +31,7 @@ from senders.policy.verdict import RuleVerdict
 from senders.rules.limits import marketing_claim, one_time_code_claims
 from senders.rules.options import RuleOptions
 from senders.statuses import DeliveryStatus, Lane
-from senders.store.db import Database, open_database
+from senders.store.db import Database
 from senders.store.profiles import ProfileStore
 from senders.store.status import StatusStore
 from settings import Settings
@@ -96,7 +97,7 @@ def counts(db: Database, user: str, n: int) -> dict[str, int]:
 
 @pytest.fixture
 def seeded(store_location: str) -> Iterator[Database]:  # noqa: F811 - the fixture
-    db = open_database(store_location, synchronous="NORMAL")
+    db = StoreAccess(store_location).open()
     prepare(db)
     for n, user in enumerate(USERS):
         seed(db, user, n)

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
+from api.database import StoreAccess
 from api.receipts.held import event_of, event_text, held_count, hold, release
 from api.receipts.model import ReceiptEvent
 from api.receipts.twilio import TwilioReceipts
 from api.tables import prepare
 from senders.statuses import DeliveryStatus
 from senders.store.db import Database
-from senders.store.status import open_store
 from tests.senders.conftest import CIPHER
 
 DAY_MS = 86_400_000
@@ -26,12 +26,12 @@ EVENT = ReceiptEvent(reference="SM1", status=DeliveryStatus.FAILED, kind="undeli
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
     location = str(tmp_path / "s.sqlite3") if request.param == "sqlite" else request.getfixturevalue("postgres_dsn")
-    store = open_store(location, synchronous="NORMAL")  # the senders' tables
-    prepare(store.db)  # the API's
-    with store.db.tx() as cur:  # a PostgreSQL store is the session's: this test's rows only
-        store.db.exec(cur, "DELETE FROM api_held_receipt", ())
-    yield store.db
-    store.close()
+    db = StoreAccess(location).open()  # the senders' tables and the API's
+    prepare(db)
+    with db.tx() as cur:  # a PostgreSQL store is the session's: this test's rows only
+        db.exec(cur, "DELETE FROM api_held_receipt", ())
+    yield db
+    db.close()
 
 
 def test_an_event_is_kept_as_it_came_with_its_address_encrypted() -> None:

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from api import lease
+from api.database import StoreAccess
 from api.idempotency import Reservation, Reserve, Terms, complete_key, reserve_key, write_batch
 from api.ratelimit import CallerLimits, chunk, lease_budget, retry_after, window_of
 from api.store import RequestRecord
 from api.tables import prepare
-from senders.store.db import Database, open_database
+from senders.store.db import Database
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -25,7 +26,7 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
         location = str(tmp_path / "s.sqlite3")
     else:
         location = request.getfixturevalue("postgres_dsn")
-    store = open_database(location, synchronous="NORMAL")
+    store = StoreAccess(location).open()
     prepare(store)
     yield store
     store.close()
@@ -104,7 +105,7 @@ def test_two_processes_share_one_budget_and_take_it_in_chunks(db: Database, tmp_
     request."""
     now = [1_000_000]
     leases: list[str] = []
-    second = db if db.dialect == "postgresql" else open_database(db.where, synchronous="NORMAL")
+    second = db if db.dialect == "postgresql" else StoreAccess(db.where).open()
 
     def runner(store: Database):  # type: ignore[no-untyped-def]
         async def run(fn):  # type: ignore[no-untyped-def]

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from api.accept import channels_now, check_key, check_message, template_for
+from api.accept import Reach, channels_now, check_key, check_message, template_for
 from api.callers import Caller
+from api.database import StoreAccess
 from api.errors import ApiError
 from api.idempotency import Reservation, complete_key, release_key, reserve_key
 from api.scopes import Scope
@@ -19,8 +20,7 @@ from api.tables import prepare
 from api.tokens import create_caller, lookup, token_hash
 from operators.records import Category, Channel, Priority
 from senders.profiles.model import Contacts, Preferences, parse_profile
-from senders.store.db import open_database
-from senders.store.profiles import ProfileRead
+from senders.store.profiles import NO_PROFILE, ProfileRead
 from senders.templates.catalog import load_catalog
 from senders.templates.options import TemplateOptions
 from settings import REPO_ROOT, DedupSettings
@@ -78,14 +78,32 @@ def test_templates_kinds_channels_and_parameters() -> None:
 def test_queued_and_skipped_say_what_the_profile_says_now() -> None:
     profile = parse_profile({"marketing": {"email": False}, "contacts": {"sms": ["+8801711000001"],
                                                                         "email": ["a@example.com"]}})
-    read = ProfileRead(profile, profile.contacts)
+    read = Reach.of(ProfileRead(profile, profile.contacts))
     everything = (Channel.PUSH, Channel.SMS, Channel.EMAIL)
     assert channels_now(read, everything, Category.TRANSACTIONAL) == (["sms", "email"], ["push: no address"])
     assert channels_now(read, everything, Category.MARKETING) == (["sms"], ["push: no address", "email: opted out"])
+    unverified = parse_profile({"contacts": {"sms": [{"address": "+8801711000002", "verified": False}]}})
+    read = Reach.of(ProfileRead(unverified, unverified.contacts))
+    assert channels_now(read, (Channel.SMS,), Category.TRANSACTIONAL) == ([], ["sms: no verified address"])
+    assert channels_now(read, (Channel.SMS,), Category.TRANSACTIONAL, allow_unverified=True) == (["sms"], [])
+    assert channels_now(read, (Channel.SMS,), Category.MARKETING, allow_unverified=True) == (
+        [], ["sms: no verified address"])
+    assert not Reach.of(NO_PROFILE).exists
+
+
+def test_what_the_api_caches_of_a_profile_is_out_of_the_garbage_collector_s_sight() -> None:
+    import gc
+
+    profile = parse_profile({"contacts": {"sms": ["+8801711000001"], "email": ["a@example.com"]}})
+    read = ProfileRead(profile, profile.contacts)
+    reach = Reach.of(read)
+    gc.collect()
+    # the profile's models are ~two dozen tracked objects a user; a Reach is one, its answers none
+    assert gc.is_tracked(read.contacts) and not gc.is_tracked(reach.skips)
 
 
 def test_tokens_are_stored_as_hashes_and_idempotency_keys_replay_or_refuse(tmp_path: Path) -> None:
-    db = open_database(str(tmp_path / "s.sqlite3"), synchronous="NORMAL")
+    db = StoreAccess(str(tmp_path / "s.sqlite3")).open()
     prepare(db)
     shop = Caller("shop", frozenset({Scope.SEND}), frozenset({Category.TRANSACTIONAL}), rate_per_sec=5)
     token = create_caller(db, shop, 1)
@@ -118,7 +136,7 @@ def test_tokens_are_stored_as_hashes_and_idempotency_keys_replay_or_refuse(tmp_p
 
 
 def test_prune_drops_expired_keys_and_records_past_the_retention(tmp_path: Path) -> None:
-    db = open_database(str(tmp_path / "p.sqlite3"), synchronous="NORMAL")
+    db = StoreAccess(str(tmp_path / "p.sqlite3")).open()
     prepare(db)
     for n, at in (("old", 1_000), ("new", 90_000)):
         reserve_key(db, n, "fp", n, "u", now_ms=at, ttl_ms=10_000, stale_ms=1_000)
@@ -160,7 +178,7 @@ def test_a_read_waits_for_the_writers_round_holding_the_answers_given_before_it(
     from api.writer import StoreWriter
 
     location = str(tmp_path / "w.sqlite3")
-    setup = open_database(location, synchronous="NORMAL")
+    setup = StoreAccess(location).open()
     prepare(setup)
     setup.close()
     held = threading.Event()  # the writer's next round waits for this
@@ -169,9 +187,9 @@ def test_a_read_waits_for_the_writers_round_holding_the_answers_given_before_it(
         held.wait(10)
         return Terms(int(time.time() * 1000), 60_000, 10_000)
 
-    writer = StoreWriter(lambda: open_database(location, synchronous="NORMAL"), terms,
-                         lambda db, user: ProfileRead(Preferences(), Contacts()))
-    reader = open_database(location, synchronous="NORMAL")
+    writer = StoreWriter(StoreAccess(location).open_requests, terms,
+                         lambda user: Reach.of(ProfileRead(Preferences(), Contacts())))
+    reader = StoreAccess(location).open()
 
     async def scenario() -> None:
         held.set()
@@ -212,7 +230,7 @@ def test_the_writer_tells_each_reservation_s_time_from_its_hand_over_to_its_answ
     from api.writer import StoreWriter
 
     location = str(tmp_path / "w.sqlite3")
-    setup = open_database(location, synchronous="NORMAL")
+    setup = StoreAccess(location).open()
     prepare(setup)
     setup.close()
     go = threading.Event()  # the writer's round waits for this: a store that is slow to answer
@@ -222,8 +240,8 @@ def test_the_writer_tells_each_reservation_s_time_from_its_hand_over_to_its_answ
         go.wait(10)
         return Terms(int(time.time() * 1000), 60_000, 10_000)
 
-    writer = StoreWriter(lambda: open_database(location, synchronous="NORMAL"), terms,
-                         lambda db, user: ProfileRead(Preferences(), Contacts()), observe_wait=waits.append)
+    writer = StoreWriter(StoreAccess(location).open_requests, terms,
+                         lambda user: Reach.of(ProfileRead(Preferences(), Contacts())), observe_wait=waits.append)
 
     async def scenario() -> None:
         threading.Timer(0.3, go.set).start()
@@ -267,3 +285,73 @@ def test_the_backlog_counts_what_a_group_has_not_consumed_and_the_gate_reads_it_
     backlog[0] = None
     assert gate.hold_s(("sms",)) == 0.0  # unknown: the campaign goes on at its rate
     assert Gate(read, bound=0).hold_s(("sms",)) == 0.0 and len(reads) == 5  # 0: no bound, never asked
+
+
+def test_on_sqlite_the_writer_s_reservations_do_not_wait_for_the_store_s_write_lock(tmp_path: Path) -> None:
+    """A sender in the middle of a transaction holds the store file's write lock; the API's
+    reservations and request records are in the requests file, so a round goes on meanwhile."""
+    import asyncio
+    import sqlite3
+
+    from api.database import requests_file
+    from api.idempotency import Reserve, Terms
+    from api.writer import StoreWriter
+
+    location = str(tmp_path / "w.sqlite3")
+    setup = StoreAccess(location).open()
+    prepare(setup)
+    setup.close()
+    assert requests_file(tmp_path / "w.sqlite3") == tmp_path / "w-requests.sqlite3"
+    sender = sqlite3.connect(location, isolation_level=None, timeout=0)
+    sender.execute("BEGIN IMMEDIATE")  # the store file's write lock, held
+    writer = StoreWriter(StoreAccess(location, busy_timeout_ms=30_000).open_requests,
+                         lambda: Terms(int(time.time() * 1000), 60_000, 10_000),
+                         lambda user: Reach.of(ProfileRead(Preferences(), Contacts())))
+
+    async def reserve() -> Reservation:
+        reserved, _ = await asyncio.wait_for(writer.reserve(Reserve("k1", "fp", "n1", "u1")), 5.0)
+        return reserved.outcome
+
+    try:
+        assert asyncio.run(reserve()) is Reservation.NEW
+        with pytest.raises(sqlite3.OperationalError, match="locked"):  # the lock is still the sender's
+            sqlite3.connect(location, isolation_level=None, timeout=0).execute("BEGIN IMMEDIATE")
+    finally:
+        writer.stop(5.0)
+        sender.execute("ROLLBACK")
+        sender.close()
+
+
+def test_a_sqlite_store_s_request_tables_move_to_their_own_file_once(tmp_path: Path) -> None:
+    """A store from before the requests file: its keys and request records are moved there when
+    the API's tables are prepared, and found where they were."""
+    import sqlite3
+
+    from api.tables import REQUEST_TABLES, request_schema
+
+    location = str(tmp_path / "old.sqlite3")
+    old = StoreAccess(location).open()
+    with old.tx() as cur:  # the earlier layout: the request tables in the store's own file
+        for ddl in request_schema("main."):
+            cur.execute(ddl)
+    old.close()
+    plain = sqlite3.connect(location, isolation_level=None)
+    plain.execute("INSERT INTO api_request (notification_id, dedup_key, user_id, template, channels, priority, caller,"
+                  " event_time_ms, accepted_ms, kafka_partition, kafka_offset) VALUES"
+                  " ('n1', 'shop/k1', 'u1', 't', 'sms', 'normal', 'shop', 1, 1, 0, 5)")
+    plain.execute("INSERT INTO api_idempotency (idem_key, fingerprint, state, notification_id, user_id, answer,"
+                  " created_ms, expires_ms) VALUES ('shop/k1', 'fp', 'done', 'n1', 'u1', '{\"id\": \"n1\"}', 1, 9e15)")
+    db = StoreAccess(location).open()
+    prepare(db)
+    prepare(db)  # once: nothing left to move
+    found = request_by_id(db, "n1")
+    assert found is not None and (found.dedup_key, found.offset) == ("shop/k1", 5)
+    replay = reserve_key(db, "shop/k1", "fp", "n2", "u1", now_ms=2, ttl_ms=10, stale_ms=10)
+    assert (replay.outcome, replay.answer) == (Reservation.REPLAY, {"id": "n1"})
+    db.close()
+    left = {r[0] for r in plain.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert not left & set(REQUEST_TABLES)
+    moved = sqlite3.connect(tmp_path / "old-requests.sqlite3")
+    assert moved.execute("SELECT COUNT(*) FROM api_request").fetchone() == (1,)
+    plain.close()
+    moved.close()
