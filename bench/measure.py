@@ -9,6 +9,7 @@ measures.
 from __future__ import annotations
 
 import bisect
+import datetime as dt
 import json
 import logging
 import os
@@ -445,6 +446,26 @@ def thread_comms(pid: int) -> dict[int, str]:
 
 #: HotSpot's JIT compiler threads, as /proc names them (15 characters)
 _JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
+
+
+_GC_PAUSE = re.compile(r"^\[(?P<at>[^\]]+)\].*\bPause\b.* (?P<ms>[0-9.]+)ms$")
+
+
+def gc_pauses(text: str, since: float, until: float) -> list[float]:
+    """The pauses (ms) a JVM's ``-Xlog:gc:...:time`` log records between two wall-clock times
+    (seconds since the epoch): each line ``[<ISO time>][info][gc] GC(n) Pause ... <ms>ms``."""
+    out: list[float] = []
+    for line in text.splitlines():
+        m = _GC_PAUSE.match(line.strip())
+        if m is None:
+            continue
+        try:
+            at = dt.datetime.strptime(m["at"], "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+        except ValueError:
+            continue
+        if since <= at <= until:
+            out.append(float(m["ms"]))
+    return out
 
 
 def jit_seconds(pid: int) -> float | None:

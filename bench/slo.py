@@ -44,7 +44,16 @@ from pathlib import Path
 from typing import Any
 
 from bench import slo_report as report
-from bench.measure import ProcSampler, git_info, java_pids, jit_seconds, machine_info, poll_until
+from bench.measure import (
+    ProcSampler,
+    gc_pauses,
+    git_info,
+    java_pids,
+    jit_seconds,
+    machine_info,
+    percentile,
+    poll_until,
+)
 from bench.slo_load import codes_in
 from bench.stubs.process import StubProcess, raise_fd_limit
 from bench.systems import Proc
@@ -296,11 +305,11 @@ class Slo:
     def phase(self, s: Services, name: str, run: Callable[[], None], bound_s: float) -> dict[str, Any]:
         from bench import api_scrape
 
-        load0, t0 = os.getloadavg()[0], time.monotonic()
+        load0, t0, wall0 = os.getloadavg()[0], time.monotonic(), time.time()
         jit0 = self.jit()
         before = api_scrape.scrape(s.url)
         run()
-        load1, t1 = os.getloadavg()[0], time.monotonic()
+        load1, t1, wall1 = os.getloadavg()[0], time.monotonic(), time.time()
         metrics = api_scrape.phase_report(before, api_scrape.scrape(s.url))
         settled, settle_s = self.settle(s, name, bound_s)
         t2, jit1 = time.monotonic(), self.jit()
@@ -311,8 +320,20 @@ class Slo:
         return {"name": name, "load_average": [round(load0, 2), round(load1, 2)],
                 "api_metrics": {k: metrics[k] for k in API_HISTOGRAMS},
                 "api_gc_by_generation": metrics["gc_pauses_by_generation"],
+                "broker_gc_pauses_ms": self.broker_gc(wall0, wall1),
                 "cpu_cores": self.cores(t0, t2), "jit_cores": jit_cores, "seconds": round(t1 - t0, 1),
                 "settled": settled, "settle_s": round(settle_s, 1), "notes": []}
+
+    def broker_gc(self, since: float, until: float) -> dict[str, float | int | None]:
+        """The brokers' collection pauses while the phase's load ran (their gc.log): how many, the
+        90th percentile, the longest, the sum (ms)."""
+        pauses: list[float] = []
+        for node in self.cluster.nodes if self.cluster else ():
+            for log in sorted(node.gc_log.parent.glob(node.gc_log.name + "*")):  # the current one and rotated
+                pauses += gc_pauses(log.read_text(encoding="utf-8", errors="replace"), since, until)
+        ranked = sorted(pauses)
+        return {"count": len(ranked), "p90": percentile(ranked, 90), "max": ranked[-1] if ranked else None,
+                "sum": round(sum(ranked), 1)}
 
     def jit(self) -> dict[str, float | None]:
         """The JIT compilers' seconds so far, per JVM group (summed over its JVMs; a broker

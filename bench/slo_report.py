@@ -208,6 +208,13 @@ def markdown(result: Mapping[str, Any]) -> str:
         h = p.get("api_metrics", {})
         lines.append(f"| {p['name']} | " + " | ".join(
             f"{_ms(h[n].get('p50'))} / {_ms(h[n].get('p99'))}" if n in h else "n/a" for n in names) + " |")
+    if any("broker_gc_pauses_ms" in p for p in result["phases"]):
+        lines += ["", "The brokers' JVM collection pauses while the phase's load ran (their gc.log; ms):", "",
+                  "| phase | pauses | p90 | max | sum |", "|---|--:|--:|--:|--:|"]
+        for p in result["phases"]:
+            g = p.get("broker_gc_pauses_ms")
+            if g is not None:
+                lines.append(f"| {p['name']} | {g['count']} | {_ms(g['p90'])} | {_ms(g['max'])} | {_ms(g['sum'])} |")
     groups = list(result["phases"][0]["cpu_cores"]) if result["phases"] else []
     jvms = list(result["phases"][0].get("jit_cores", {})) if result["phases"] else []
     lines += ["", "CPU of each service from the phase's first request until its messages were delivered"

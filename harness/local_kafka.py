@@ -46,6 +46,16 @@ class BrokerError(DedupError):
     """The local broker could not be started, reached or stopped."""
 
 
+#: what Kafka's own start script runs a broker with (``KAFKA_JVM_PERFORMANCE_OPTS`` of
+#: bin/kafka-run-class.sh): G1 aiming at 20 ms pauses, its concurrent cycle started early. With
+#: G1's default aim (200 ms) the broker's young collections beside the whole pipeline paused it
+#: 29 / 57 / 72 ms (p50 / p90 / max, one every ~15 s), each a stall of every acknowledgement the
+#: API waits for; with these 15 / 27 / 38 ms (``python -m bench.slo --quick --accept-rates 1000``,
+#: the broker's ``gc.log``). The pauses are logged to ``LocalBroker.gc_log``.
+BROKER_JVM_OPTIONS = ("-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
+                      "-XX:+ExplicitGCInvokesConcurrent")
+
+
 @dataclass(frozen=True)
 class LocalBroker:
     """Where a local broker keeps its files and which ports it answers on.
@@ -77,6 +87,11 @@ class LocalBroker:
     @property
     def pid_file(self) -> Path:
         return self.home / "kafka.pid"
+
+    @property
+    def gc_log(self) -> Path:
+        """The JVM's collections, each with its wall-clock time and pause (``bench.measure.gc_pauses``)."""
+        return self.home / "gc.log"
 
     @property
     def log_file(self) -> Path:
@@ -204,7 +219,8 @@ class LocalBroker:
         )
         with open(self.log_file, "ab") as log:
             proc = subprocess.Popen(
-                ["java", f"-Xmx{self.heap_mb}m", f"-Xms{self.heap_mb}m", "-XX:+UseG1GC",
+                ["java", f"-Xmx{self.heap_mb}m", f"-Xms{self.heap_mb}m", *BROKER_JVM_OPTIONS,
+                 f"-Xlog:gc:file={self.gc_log}:time,level,tags:filecount=2,filesize=10m",
                  f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath, "kafka.Kafka", str(self.config_file)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )

@@ -89,3 +89,23 @@ def test_the_mix_codes_repeats_and_code_users() -> None:
     assert kinds[1005] == "repeat" and mix_kind(1005 - 1004) == "order"
     assert kinds.count("code") == 101 == codes_in("mix", 1010)
     assert codes_in("code", 7) == 7 and codes_in("order", 7) == 0
+
+
+def test_a_jvm_s_pauses_are_read_from_its_gc_log_between_two_times() -> None:
+    import datetime as dt
+
+    from bench.measure import gc_pauses
+
+    log = (
+        "[2026-12-06T11:03:50.000+0000][info][gc] Using G1\n"
+        "[2026-12-06T11:03:51.500+0000][info][gc] GC(16) Pause Young (Normal) (G1 Evacuation Pause)"
+        " 438M->196M(512M) 43.167ms\n"
+        "[2026-12-06T11:03:52.000+0000][info][gc] GC(17) Pause Remark 188M->188M(512M) 7.5ms\n"
+        "[2026-12-06T11:03:52.100+0000][info][gc] GC(17) Concurrent Mark Cycle 120.002ms\n"  # not a pause
+        "[2026-12-06T11:04:10.000+0000][info][gc] GC(18) Pause Young (Normal) (G1 Evacuation Pause)"
+        " 440M->197M(512M) 49.0ms\n"
+    )
+    at = dt.datetime(2026, 12, 6, 11, 3, 51, tzinfo=dt.UTC).timestamp()
+    assert gc_pauses(log, at, at + 5) == [43.167, 7.5]
+    assert gc_pauses(log, at + 5, at + 60) == [49.0]
+    assert gc_pauses("garbage\n[not a time][info][gc] Pause Young 1.0ms\n", 0, 2e9) == []
