@@ -10,7 +10,7 @@ other connections attach the file as ``requests`` (``api.tables.REQUESTS``), so 
 tables as before; a transaction of theirs takes the write locks of both files.
 
 Measured beside the whole pipeline (``python -m bench.slo --quick --accept-rates 1000``; see
-docs/operations.md and bench/results): the API's reservations p99 90 -> 30 ms.
+bench/results/slo-2026-12-06-s36-summary.md): the API's reservations p99 90 -> 15-40 ms.
 
 A transaction over both files (an erasure, the callers' migration) is atomic in each file: if the
 process or the machine stops during its commit, one file may have the change and not the other;

@@ -77,8 +77,8 @@ class ApiMetrics:
         self.reservation_batch = Histogram(names.API_RESERVATION_BATCH, "Idempotency reservations per store"
                                            " transaction", buckets=BATCH_BUCKETS, registry=r)
         self.reservation = Histogram(names.API_RESERVATION_SECONDS, "A request's idempotency reservation, from"
-                                     " its hand-over to the store writer to its answer (the writer's round and"
-                                     " its transaction: SQLite's write lock included)", buckets=LATENCY_BUCKETS,
+                                     " its hand-over to the store writer to its answer (the writer's round, its"
+                                     " transaction and its new requests' profile reads)", buckets=LATENCY_BUCKETS,
                                      registry=r)
         self.rate_grants = Counter(names.API_RATE_GRANTS, "Store transactions that leased a chunk of a caller's"
                                    " per-second budget, by bucket", ("bucket",), registry=r)

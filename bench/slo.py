@@ -64,8 +64,6 @@ CALLER = "bench"
 ACCEPT_TARGETS_MS = {1000.0: 50.0, 2000.0: 100.0}
 #: kind -> API call -> provider p99 it must stay within during the flood (ms)
 DELIVERY_TARGETS_MS = {"code": 2000.0, "order": 10_000.0}
-#: what the API saw of a phase (its /metrics, ms): accept, Kafka ack, loop lag, the store
-API_HISTOGRAMS = ("accept_202", "kafka_ack", "reservation", "loop_lag", "store_queue", "store_call", "gc_pause")
 GROUPS = ("broker", "job", "senders", "api", "store", "stub", "generator")
 #: the JVMs, whose JIT compiler's time is reported per phase
 JVM_GROUPS = ("broker", "job")
@@ -318,7 +316,7 @@ class Slo:
             a, b = jit0[g], jit1[g]
             jit_cores[g] = None if a is None or b is None else round(max(0.0, b - a) / (t2 - t0), 3)
         return {"name": name, "load_average": [round(load0, 2), round(load1, 2)],
-                "api_metrics": {k: metrics[k] for k in API_HISTOGRAMS},
+                "api_metrics": {k: metrics[k] for k in report.API_HISTOGRAMS},
                 "api_gc_by_generation": metrics["gc_pauses_by_generation"],
                 "broker_gc_pauses_ms": self.broker_gc(wall0, wall1),
                 "cpu_cores": self.cores(t0, t2), "jit_cores": jit_cores, "seconds": round(t1 - t0, 1),

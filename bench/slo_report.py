@@ -21,6 +21,11 @@ DEAD = ("failed",)
 RULED = ("skipped", "rejected")
 
 
+#: what the API saw of a phase (its /metrics, ms; bench.api_scrape's names), recorded by bench.slo
+#: and tabled here: accept, Kafka ack, reservation, loop lag, the store, the collector
+API_HISTOGRAMS = ("accept_202", "kafka_ack", "reservation", "loop_lag", "store_queue", "store_call", "gc_pause")
+
+
 def split_message_key(message_key: str) -> tuple[str, str]:
     """``<dedup_key>:<channel>:<event_time>`` -> (dedup_key, channel); a dedup key may hold ``:``."""
     dedup_key, channel, _ = message_key.rsplit(":", 2)
@@ -201,7 +206,7 @@ def markdown(result: Mapping[str, Any]) -> str:
             rate, held, done = "-", "-", "-"
         lines.append(f"| {p['name']} | {done} | {rate} | {held} | **{p['repeated_provider_keys']}** |"
                      f" {p['settle_s']:.0f} s{'' if p['settled'] else ' (bound)'} | {'; '.join(p['notes']) or ''} |")
-    names = ("accept_202", "kafka_ack", "reservation", "loop_lag", "store_queue", "store_call", "gc_pause")
+    names = API_HISTOGRAMS
     lines += ["", "What the API's /metrics saw over the phase's load (ms, p50 / p99 from the histograms' buckets):",
               "", "| phase | " + " | ".join(names) + " |", "|---|" + "--:|" * len(names)]
     for p in result["phases"]:
