@@ -183,17 +183,33 @@ def topic_replication(client_config: Mapping[str, str], topic: str, timeout_s: f
             time.sleep(0.2)
 
 
-def stable_offsets(client_config: Mapping[str, str], topics: Iterable[str]) -> int:
-    """The sum of the topics' last stable offsets: what ``read_committed`` readers can see grows it."""
+#: a partition's leader moved under a request (a broker down or back): ask again with fresh metadata
+_LEADER_MOVED = frozenset({KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.FENCED_LEADER_EPOCH,
+                           KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
+
+
+def stable_offsets(client_config: Mapping[str, str], topics: Iterable[str], timeout_s: float = 60.0) -> int:
+    """The sum of the topics' last stable offsets: what ``read_committed`` readers can see grows it.
+    A retriable error, or a leader that moved while a broker is down (``_LEADER_MOVED``), asks
+    again with fresh metadata, until ``timeout_s``."""
     from confluent_kafka import IsolationLevel
     from confluent_kafka.admin import OffsetSpec
 
+    wanted = list(topics)
     admin = AdminClient(dict(client_config))
-    metadata = admin.list_topics(timeout=30)
-    parts = [TopicPartition(t, p) for t in topics for p in metadata.topics[t].partitions]
-    futures = admin.list_offsets({tp: OffsetSpec.latest() for tp in parts},
-                                 isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=30)
-    return sum(int(f.result().offset) for f in futures.values())
+    deadline = time.monotonic() + timeout_s
+    while True:
+        metadata = admin.list_topics(timeout=30)
+        parts = [TopicPartition(t, p) for t in wanted for p in metadata.topics[t].partitions]
+        futures = admin.list_offsets({tp: OffsetSpec.latest() for tp in parts},
+                                     isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=30)
+        try:
+            return sum(int(f.result().offset) for f in futures.values())
+        except KafkaException as exc:
+            err = exc.args[0]
+            if not (err.retriable() or err.code() in _LEADER_MOVED) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def _default_replication(admin: AdminClient, brokers: Sequence[int]) -> int:
