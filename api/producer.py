@@ -1,4 +1,5 @@
-"""The API's Kafka producer: idempotent, ``acks=all``, a record's answer awaited in async code.
+"""The API's Kafka producer: ``acks=all``, one request in flight per broker, a record's answer
+awaited in async code.
 
 librdkafka reports each record's fate to a callback run by ``poll``; a thread polls, and the
 callback hands the result to the waiting request's event loop. A record not acknowledged within
@@ -21,6 +22,20 @@ request takes longer than the probe waits, a probe that marked Kafka down at onc
 requests 503 (26% of a flood's). While they are down ``unavailable()`` says
 why, and the API answers 503 at once instead of making each request wait the whole ack timeout;
 it never answers 202 without an acknowledgement either way.
+
+The producer is not librdkafka's idempotent one. That one keeps at most 5 records in flight per
+partition, and while a partition is held back with a batch ready, its broker thread wakes at
+once, over and over, until an answer comes (``rd_kafka_toppar_producer_serve`` sets the wake-up
+before the in-flight check). On one local broker answers come in about a millisecond and it
+hardly shows; on three, where ``acks=all`` waits for the followers, its broker threads woke
+1.37 million times a second, the producer took 0.71 ms of CPU per record against 0.09 (at 1,000
+records/s, ``python -m bench.producer_cpu``; bench/README.md), and the API took 1.2-1.3 of the
+machine's 2 cores in bench.slo's broker-kill run; a broker kill, which holds every
+acknowledgement for ~12 s, is the worst case. With ``max.in.flight.requests.per.connection`` 1
+records keep their order through retries as the idempotent producer's do, and what waits for
+the request in flight is batched behind it; what a retry writes twice (a request whose answer
+was lost) carries the same dedup key, and the dedup job suppresses it, as it does a caller's
+retry.
 """
 
 from __future__ import annotations
@@ -40,6 +55,12 @@ from confluent_kafka.admin import AdminClient
 logger = logging.getLogger(__name__)
 
 
+#: the producer's delivery settings (the module's docstring says why it is not the idempotent one)
+DELIVERY_SETTINGS: Mapping[str, str] = {
+    "enable.idempotence": "false",
+    "max.in.flight.requests.per.connection": "1",
+    "acks": "all",
+}
 #: how long after its ack timeout a write still waits for librdkafka's own report of it
 _REPORT_GRACE_S = 1.0
 #: probes unanswered in a row, with no record acknowledged meanwhile, that mark the brokers down
@@ -93,8 +114,7 @@ class RequestProducer:
         self._reports: collections.deque[_Report] = collections.deque()  # appended by librdkafka's callbacks
         self._producer = Producer({
             **client_config,
-            "enable.idempotence": "true",
-            "acks": "all",
+            **DELIVERY_SETTINGS,
             "linger.ms": str(linger_ms),
             "message.timeout.ms": str(ack_timeout_ms),
             "client.id": "notify-api",
