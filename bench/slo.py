@@ -78,7 +78,10 @@ class Plan:
     :param campaign_rate: the campaign's rate (requests/s the API writes)
     :param flood_s: how long codes and order updates are sent during a flood
     :param settle_bound_s: how long after a phase its deliveries are waited for at most
-    :param checkpoint_ms: ``flink.checkpoint_interval_ms`` (None: the setting's default)"""
+    :param checkpoint_ms: ``flink.checkpoint_interval_ms`` (None: the setting's default)
+    :param nice: ``flink.nice`` and ``senders.nice``: the job and the senders below the API and
+        the broker on the CPU, as one host running them all is deployed (ops/priority.py); 0:
+        all at one priority"""
 
     mode: str
     accept_rates: tuple[float, ...]
@@ -103,6 +106,7 @@ class Plan:
     checkpoint_ms: int | None = None
     stub_latency_ms: int = 200
     api_processes: int = 1
+    nice: int = 10
     connections: int = 64
     store: str = "sqlite"
     partitions: int = 4
@@ -160,7 +164,7 @@ class Slo:
         plan = self.plan
         origin = f"http://127.0.0.1:{stub.port}"
         flink: dict[str, Any] = {"checkpoint_dir": str(self.work / "checkpoints"), "rest_port": free_port(),
-                                 "transactional_id_prefix": f"slo{self.uid}"}
+                                 "transactional_id_prefix": f"slo{self.uid}", "nice": plan.nice}
         if plan.checkpoint_ms is not None:
             flink["checkpoint_interval_ms"] = plan.checkpoint_ms
         cfg = Settings(data_dir=str(self.work)).with_overrides(
@@ -169,7 +173,7 @@ class Slo:
             senders={"status_store": store_location, "push_primary": f"{origin}/push",
                      "sms_primary": f"{origin}/sms", "push_rate_per_sec": 1e6, "sms_rate_per_sec": 1e6,
                      "rate_burst": 100_000, "contact_encryption_keys": generate_key(),
-                     "contact_lookup_keys": generate_key(), "metrics_log_interval_s": 0},
+                     "contact_lookup_keys": generate_key(), "metrics_log_interval_s": 0, "nice": plan.nice},
             api={"port": free_port(), "default_rate_per_sec": 1e6, "processes": plan.api_processes},
         )
         kafka_io.ensure_topics(cfg.kafka, cfg.topics.all(), plan.partitions)
@@ -574,6 +578,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint-ms", type=int, help="flink.checkpoint_interval_ms (default: the setting's)")
     parser.add_argument("--stub-latency-ms", type=int, help="the providers' answer time (200)")
     parser.add_argument("--api-processes", type=int, help="dedupctl api run --processes (1)")
+    parser.add_argument("--nice", type=int, choices=range(20), metavar="0-19",
+                        help="the job's and the senders' CPU nice (flink.nice, senders.nice; 10; 0: as the API's)")
     parser.add_argument("--connections", type=int, help="the load generator's keep-alive connections (64)")
     parser.add_argument("--store", choices=("sqlite", "postgresql"), help="the API's and senders' store (sqlite)")
     parser.add_argument("--label", help="named into the result files: slo-<date>-<label>.json")
@@ -586,7 +592,7 @@ def main(argv: list[str] | None = None) -> int:
         changes["accept_rates"] = tuple(float(r) for r in args.accept_rates.split(",") if r)
     for name in ("warmup_s", "warmup_rate", "warmup_rounds", "accept_s", "users", "campaign_rate", "flood_s",
                  "code_rate", "order_rate", "settle_bound_s",
-                 "brokers", "checkpoint_ms", "stub_latency_ms", "api_processes", "connections", "store",
+                 "brokers", "checkpoint_ms", "stub_latency_ms", "api_processes", "nice", "connections", "store",
                  "label"):
         if getattr(args, name) is not None:
             changes[name] = getattr(args, name)

@@ -11,6 +11,7 @@ from pathlib import Path
 from operators import codec
 from operators.errors import DedupError, InvalidRecordError
 from ops import kafka_io
+from ops.priority import yield_cpu
 from settings import Settings, load_settings
 
 logger = logging.getLogger("dedupctl")
@@ -37,6 +38,8 @@ def cmd_run(cfg: Settings, args: argparse.Namespace) -> int:
     if args.checkpoint_dir:
         overrides["checkpoint_dir"] = args.checkpoint_dir
     cfg = cfg.with_overrides(flink=overrides)
+    if cfg.flink.nice:  # before the mini-cluster's JVM starts: it and its Python workers inherit it
+        logger.info("the job's mini-cluster: %s", yield_cpu(cfg.flink.nice))
     logger.info(
         "running the dedup job, parallelism %d, checkpoints in %s, REST on 127.0.0.1:%d",
         cfg.flink.parallelism, cfg.flink.checkpoint_uri(), cfg.flink.rest_port,

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+from pydantic import Field
+
 from operators.errors import ConfigError
 from settings.base import Section
 
@@ -35,6 +37,9 @@ class FlinkSettings(Section):
     :param restart_attempts: fixed-delay restarts before the job fails
     :param restart_delay_ms: delay between restarts
     :param rest_port: REST port of the local mini-cluster (dedupctl stop/status use it)
+    :param nice: ``dedupctl run`` runs the local mini-cluster at this CPU nice (0-19; 0: as
+        started): below the API and the broker when they share a host (ops/priority.py); a
+        cluster's TaskManagers are the cluster's to place
     :param bundle_size: PyFlink python.fn-execution.bundle.size
     :param bundle_time_ms: PyFlink python.fn-execution.bundle.time
     """
@@ -51,6 +56,7 @@ class FlinkSettings(Section):
     restart_attempts: int = 10
     restart_delay_ms: int = 2_000
     rest_port: int = 8081
+    nice: int = Field(default=0, ge=0, le=19)
     bundle_size: int = 1000
     bundle_time_ms: int = 100
 

@@ -117,6 +117,8 @@ class SendersSettings(Section):
     :param sms_rate_per_sec: rate limit of each SMS provider
     :param email_rate_per_sec: rate limit of each email provider
     :param rate_burst: token-bucket size of each provider
+    :param nice: ``senders run`` runs at this CPU nice (0-19; 0: as started): below the API and
+        the broker when they share a host (ops/priority.py says why and what it buys)
     :param metrics_port: ``senders run`` serves its Prometheus metrics on 127.0.0.1:PORT/metrics
         (0: not served; ``--metrics-port`` overrides it); ``dedupctl slo`` reads them there
     :param provider_prices: a message's price per provider, ``label=PRICE;label=PRICE`` (the
@@ -223,6 +225,7 @@ class SendersSettings(Section):
     email_rate_per_sec: float = 50.0
     rate_burst: int = 20
     metrics_port: int = Field(default=0, ge=0, le=65_535)
+    nice: int = Field(default=0, ge=0, le=19)
     provider_prices: str = ""
     http_timeout_ms: int = 5_000
     http_token: OptionalSecret = None

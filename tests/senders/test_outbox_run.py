@@ -1,11 +1,13 @@
 """``dedupctl senders run`` with no provider set, as a new user runs it: every channel writes to
 the outbox under the data directory, says so once per channel (and where), and records each
 message as sent with the outbox's id as the provider's reference (until issue 23 it exited with
-"no provider for push")."""
+"no provider for push"). It runs as a service would, in a session of its own, with
+``senders.nice`` set: its workers run below the other services on the CPU (ops/priority.py)."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -33,13 +35,15 @@ def test_senders_run_without_a_provider_writes_each_message_to_the_outbox_and_re
     data = tmp_path / "data"
     env["DEDUP_DATA_DIR"] = str(data)
     env["DEDUP_TOPICS_SMS"], env["DEDUP_TOPICS_SMS_PRIORITY"] = cfg.topics.sms, cfg.topics.sms_priority
+    env["DEDUP_SENDERS_NICE"] = "5"
     log = tmp_path / "senders.log"
     produce_messages(kafka_bootstrap, cfg.topics.sms, [channel_message(n) for n in range(3)])
     with log.open("ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "dedupctl.cli", "senders", "run", "--channel", "sms", "--max-seconds", "120"],
-            cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+            cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )
+    nice_before = os.getpriority(os.PRIO_PROCESS, 0)
     store = open_status_store(cfg)
     try:
         def all_sent() -> bool:
@@ -49,6 +53,7 @@ def test_senders_run_without_a_provider_writes_each_message_to_the_outbox_and_re
         wait_until(lambda: all_sent() or proc.poll() is not None, 90, lambda: log.read_text()[-3000:], 0.2)
         assert proc.poll() is None, log.read_text()[-3000:]
         rows = {n: store.get(f"k{n}:sms") for n in range(3)}
+        assert os.getpriority(os.PRIO_PROCESS, proc.pid) == max(5, nice_before)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
