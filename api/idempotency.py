@@ -19,7 +19,7 @@ from enum import StrEnum
 from typing import Any
 
 from api import jsontext
-from api.store import RequestRecord, insert_request
+from api.store import RequestRecord, insert_requests
 from senders.store.db import Database
 
 
@@ -126,8 +126,7 @@ def _complete(db: Database, cur: Any, done: Sequence[Completion]) -> None:
         [(jsontext.dumps(answer, sort_keys=True).decode("utf-8"), key, record.notification_id)
          for key, answer, record in done],
     )
-    for _, _, record in done:
-        insert_request(db, cur, record)
+    insert_requests(db, cur, [record for _, _, record in done])
 
 
 def _release(db: Database, cur: Any, releases: Sequence[Release]) -> None:

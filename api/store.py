@@ -37,16 +37,14 @@ _REQUEST_COLUMNS = (
 )
 
 
-def insert_request(db: Database, cur: Any, record: RequestRecord) -> None:
-    db.exec(
-        cur,
-        f"INSERT INTO api_request ({_REQUEST_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        " ON CONFLICT (notification_id) DO NOTHING",
-        (
-            record.notification_id, record.dedup_key, record.user_id, record.template, ",".join(record.channels),
-            record.priority, record.caller, record.event_time_ms, record.accepted_ms, record.partition,
-            record.offset,
-        ),
+def insert_requests(db: Database, cur: Any, records: Sequence[RequestRecord]) -> None:
+    """Inside a transaction: the records, one statement for all (on PostgreSQL one round trip each
+    was most of the store writer's round)."""
+    cur.executemany(
+        db.sql(f"INSERT INTO api_request ({_REQUEST_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+               " ON CONFLICT (notification_id) DO NOTHING"),
+        [(r.notification_id, r.dedup_key, r.user_id, r.template, ",".join(r.channels), r.priority, r.caller,
+          r.event_time_ms, r.accepted_ms, r.partition, r.offset) for r in records],
     )
 
 
