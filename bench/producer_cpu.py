@@ -86,9 +86,9 @@ def measure(brokers: int, rate: float, seconds: float, warmup: float, extra: dic
             procs = [psutil.Process(pid) for node in cluster.nodes if (pid := node.pid())]
             for p in procs:
                 p.cpu_percent()
-            cpu0, start, woken0 = _cpu_s(), time.monotonic(), wakeups[-1]
+            cpu0, start, woken0 = _cpu_s(), time.monotonic(), wakeups[-1] if wakeups else 0
             sent = drive(seconds)
-            woken = wakeups[-1] - woken0
+            woken = (wakeups[-1] if wakeups else 0) - woken0  # none yet: a run shorter than a report's second
             ack_s.sort()
             cpu = _cpu_s() - cpu0
             elapsed = time.monotonic() - start
