@@ -15,10 +15,11 @@ still timed from then). Streams (``KIND``):
   first answer) when n % 10 == 5, an order otherwise (:func:`mix_kind`).
 
 Each answered request is one JSON line in OUT: ``[stream, kind, key, due (epoch s), latency ms,
-status, dedup_key, sent late ms]`` (the dedup key from the answer's body, null when it had none;
-how long after it was due the request was written: waiting for a free connection or for this
-process to be run): the harness matches them to the provider stubs' arrivals. An answer slower
-than ``--timeout`` is status 0.
+status, dedup_key, sent late ms, queued late ms]`` (the dedup key from the answer's body, null when
+it had none; how long after it was due the request was written: waiting for a free connection or
+for this process to be run; and of that, how long after it was due this process queued it for
+the connections: its own delay, the scheduler's turns included): the harness matches them to the
+provider stubs' arrivals. An answer slower than ``--timeout`` is status 0.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def _dedup_key(status: int, answer: bytes) -> str | None:
         return None
 
 
-Item = tuple[str, str, str, float, bytes, bytes]  # stream, kind, key, due (perf_counter), head, body
+Item = tuple[str, str, str, float, bytes, bytes, float]  # stream, kind, key, due, head, body, queued (perf_counter)
 
 
 async def _worker(conn: Connection, queue: asyncio.Queue[Item | None], out: list[list[Any]], offset: float,
@@ -95,7 +96,7 @@ async def _worker(conn: Connection, queue: asyncio.Queue[Item | None], out: list
             item = await queue.get()
             if item is None:
                 return
-            stream, kind, key, due, head, data = item
+            stream, kind, key, due, head, data, queued = item
             sent = time.perf_counter()  # its lateness: waiting for a connection, or for a CPU
             try:
                 async with asyncio.timeout(timeout_s):  # not wait_for: in 3.11 it can swallow a cancel
@@ -105,10 +106,11 @@ async def _worker(conn: Connection, queue: asyncio.Queue[Item | None], out: list
                 status, answer = 0, b""
             except asyncio.CancelledError:  # the phase is over and this one still unanswered: an error
                 out.append([stream, kind, key, round(due + offset, 6), round((time.perf_counter() - due) * 1000, 3),
-                            0, None, round((sent - due) * 1000, 3)])
+                            0, None, round((sent - due) * 1000, 3), round((queued - due) * 1000, 3)])
                 raise
             out.append([stream, kind, key, round(due + offset, 6), round((time.perf_counter() - due) * 1000, 3),
-                        status, _dedup_key(status, answer), round((sent - due) * 1000, 3)])
+                        status, answer, round((sent - due) * 1000, 3),  # the answer read after the phase
+                        round((queued - due) * 1000, 3)])
     finally:
         conn.close()
 
@@ -124,6 +126,12 @@ async def load(url: str, token: str, args: argparse.Namespace) -> list[list[Any]
     port = int(port_text)
     streams = [(s.split(":")[0], float(s.split(":")[1])) for s in args.stream]
     plan = schedule(streams, args.seconds)
+    # every request made before the first is due: the phase's CPU is the sending's alone
+    made = []
+    for _, stream, n in plan:
+        key, data = body(stream, n, args.run, stream, args)
+        raw = json.dumps(data).encode()
+        made.append((mix_kind(n) if stream == "mix" else stream, key, _head(host, port, token, key, len(raw)), raw))
     queue: asyncio.Queue[Item | None] = asyncio.Queue()
     out: list[list[Any]] = []
     start = time.perf_counter() + 0.2
@@ -131,7 +139,7 @@ async def load(url: str, token: str, args: argparse.Namespace) -> list[list[Any]
     workers = [asyncio.create_task(_worker(Connection(host, port), queue, out, offset, args.timeout))
                for _ in range(args.connections)]
     said = start
-    for at, stream, n in plan:
+    for (at, stream, _), (kind, key, head, raw) in zip(plan, made, strict=True):
         due = start + at
         if due - said >= PROGRESS_S:
             said = due
@@ -142,10 +150,7 @@ async def load(url: str, token: str, args: argparse.Namespace) -> list[list[Any]
         delay = due - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        kind = mix_kind(n) if stream == "mix" else stream
-        key, data = body(stream, n, args.run, stream, args)
-        raw = json.dumps(data).encode()
-        queue.put_nowait((stream, kind, key, due, _head(host, port, token, key, len(raw)), raw))
+        queue.put_nowait((stream, kind, key, due, head, raw, time.perf_counter()))
     for _ in workers:
         queue.put_nowait(None)
     _, late = await asyncio.wait(workers, timeout=args.timeout)
@@ -159,6 +164,8 @@ async def load(url: str, token: str, args: argparse.Namespace) -> list[list[Any]
         queue.put_nowait(None)  # the end again for each late one (the drain above took the first)
         task.cancel()
     await asyncio.gather(*late, return_exceptions=True)
+    for r in out:
+        r[6] = _dedup_key(r[5], r[6]) if isinstance(r[6], bytes) else r[6]
     return out
 
 

@@ -47,9 +47,12 @@ def by_request(per_key: Mapping[str, Any]) -> dict[tuple[str, str], Any]:
 def accept_summary(records: Sequence[Sequence[Any]]) -> dict[str, Any]:
     """The caller's view of a phase's requests (records of ``bench.slo_load``): latency
     p50/p99/max (ms, nearest rank), statuses, errors (not 200/202) and their share, and how late
-    the generator wrote them (p50/p99: the part of the latency spent before the request left it)."""
+    the generator wrote them (p50/p99: the part of the latency spent before the request left it)
+    and, of that, how late it queued them for its connections (its own delay, not a busy
+    connection's)."""
     latencies = sorted(float(r[4]) for r in records)
     late = sorted(float(r[7]) for r in records if len(r) > 7)
+    queued = sorted(float(r[8]) for r in records if len(r) > 8)
     statuses: dict[str, int] = {}
     for r in records:
         statuses[str(r[5])] = statuses.get(str(r[5]), 0) + 1
@@ -58,7 +61,8 @@ def accept_summary(records: Sequence[Sequence[Any]]) -> dict[str, Any]:
             "error_rate": errors / len(records) if records else None,
             "p50_ms": nearest_rank(latencies, 50), "p99_ms": nearest_rank(latencies, 99),
             "max_ms": latencies[-1] if latencies else None,
-            "sent_late_p50_ms": nearest_rank(late, 50), "sent_late_p99_ms": nearest_rank(late, 99)}
+            "sent_late_p50_ms": nearest_rank(late, 50), "sent_late_p99_ms": nearest_rank(late, 99),
+            "queued_late_p99_ms": nearest_rank(queued, 99)}
 
 
 @dataclass(frozen=True)
@@ -170,8 +174,8 @@ def markdown(result: Mapping[str, Any]) -> str:
         "## Accept latency (open loop, timed from when each request was due)",
         "",
         "| phase | rate/s | requests | p50 ms | p99 ms | max ms | errors | error rate | target | load avg |"
-        " written late p50 / p99 ms |",
-        "|---|--:|--:|--:|--:|--:|--:|--:|---|---|--:|",
+        " written late p50 / p99 ms | of it queued late p99 ms |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|---|---|--:|--:|",
     ]
     for p in result["phases"]:
         a = p["accept"]
@@ -181,7 +185,8 @@ def markdown(result: Mapping[str, Any]) -> str:
         verdict = "n/a" if target is None else f"p99 < {target:g}: {'met' if met else 'missed'}"
         lines.append(f"| {p['name']} | {rate} | {a['requests']:,} | {_ms(a['p50_ms'])} | {_ms(a['p99_ms'])} |"
                      f" {_ms(a['max_ms'])} | {a['errors']:,} | {(a['error_rate'] or 0):.4%} | {verdict} | {_load(p)} |"
-                     f" {_ms(a.get('sent_late_p50_ms'))} / {_ms(a.get('sent_late_p99_ms'))} |")
+                     f" {_ms(a.get('sent_late_p50_ms'))} / {_ms(a.get('sent_late_p99_ms'))} |"
+                     f" {_ms(a.get('queued_late_p99_ms'))} |")
     lines += ["", "## API call -> provider stub, and what became of every accepted request", "",
               "| phase | kind | accepted | delivered | p50 ms | p99 ms | max ms | dead-lettered | skipped by rule |"
               " lost | target |",

@@ -11,7 +11,7 @@ from bench.slo_load import codes_in, mix_kind
 
 def rec(kind: str, key: str, due: float, ms: float, status: int, dedup_key: str | None,
         late_ms: float = 0.0) -> list[object]:
-    return ["mix", kind, key, due, ms, status, dedup_key, late_ms]
+    return ["mix", kind, key, due, ms, status, dedup_key, late_ms, late_ms / 2]
 
 
 def test_a_message_key_splits_into_its_dedup_key_and_channel_even_with_colons_in_the_key() -> None:
@@ -31,6 +31,7 @@ def test_accept_summary_nearest_rank_percentiles_and_errors() -> None:
     records += [rec("order", "k99", 0.0, 99.0, 503, None, 9.9), rec("repeat", "k1", 0.0, 100.0, 200, "d1", 10.0)]
     got = report.accept_summary(records)
     assert (got["sent_late_p50_ms"], got["sent_late_p99_ms"]) == (5.0, 9.9)
+    assert got["queued_late_p99_ms"] == 4.95
     assert got["requests"] == 100
     assert got["statuses"] == {"200": 1, "202": 98, "503": 1}
     assert got["errors"] == 1 and got["error_rate"] == 0.01
