@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from fastapi import Request
@@ -102,12 +103,22 @@ def build_services(cfg: Settings) -> Services:
     reads = store.open_store()  # the store writer's profile reads (api.database: not the requests file)
     profile_store = ProfileStore(reads, cipher)
 
-    def read_profile(user_id: str) -> Reach:
-        found = profiles.get(user_id)
-        if found is None:
-            found = Reach.of(profile_store.read(user_id))
-            profiles.put(user_id, found)  # kept only when the user has a profile
-        return found
+    def read_profiles(user_ids: Sequence[str]) -> dict[str, Reach | Exception]:
+        out: dict[str, Reach | Exception] = {}
+        missing = []
+        for user_id in dict.fromkeys(user_ids):
+            found = profiles.get(user_id)
+            if found is None:
+                missing.append(user_id)
+            else:
+                out[user_id] = found
+        for user_id, read in (profile_store.read_many(missing) if missing else {}).items():
+            if isinstance(read, Exception):  # its contacts cannot be read: this user's request fails
+                out[user_id] = read
+                continue
+            out[user_id] = reach = Reach.of(read)
+            profiles.put(user_id, reach)  # kept only when the user has a profile
+        return out
 
     def terms() -> Terms:
         # a key pending for longer than two acknowledgement timeouts was abandoned by its writer
@@ -165,7 +176,7 @@ def build_services(cfg: Settings) -> Services:
                              on_lease=lambda bucket: metrics.rate_grants.labels(bucket).inc()),
         singletons=singletons,
         elector=Elector(opener, ttl_ms=api.lease_ttl_ms, on_elected=elected, on_deposed=deposed),
-        writer=StoreWriter(store.open_requests, terms, read_profile, api.writer_max_batch,
+        writer=StoreWriter(store.open_requests, terms, read_profiles, api.writer_max_batch, api.writer_round_ms / 1000,
                            metrics.reservation_batch.observe, metrics.reservation.observe),
         profiles=profiles,
         profile_reads=reads,

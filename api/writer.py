@@ -2,8 +2,16 @@
 all the requests in flight together: each round is one transaction with the answers of the
 requests Kafka acknowledged (and their request records), the keys of requests that were not
 written, and the reservations of the requests that came meanwhile (``api.idempotency.write_batch``).
-Then it reads the profiles of the new requests' users that are not cached, and answers them all
-with one hand-over to the event loop.
+Then it reads the profiles of the new requests' users that are not cached, together (one read
+transaction), and answers them all with one hand-over to the event loop.
+
+A round starts at least ``round_s`` after the one before (``api.writer_round_ms``), as a group
+commit does: under load a round takes the requests of that time together, so each costs less CPU
+(a transaction, a profile read and a hand-over shared by more of them), and the thread takes the
+interpreter's lock fewer times; an idle writer starts its next round at once. Measured with
+``python -m bench.api --rate 2000 --seconds 20 --processes 2`` (the API alone): 0 ms (a round as
+soon as one ended) 0.509 ms of CPU a request, 3 ms 0.473, 6 ms 0.425, 10 ms 0.363, 15 ms 0.335;
+the accept p99 stayed 22-27 ms, its p50 rose from 7.1 to 9.1 ms at 10 ms.
 
 So the store sees one write transaction per round, not one per request, and in a process there
 is one writer of these tables: on SQLite, in a file of their own (``api.database``), so the writer
@@ -25,7 +33,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,8 +58,10 @@ class _Waiting:
 class StoreWriter:
     """:param opener: the writer's own connection (on SQLite to the requests file alone: ``api.database``)
     :param terms: the reservations' terms now (the time, the keys' TTL, the stale time)
-    :param read_profile: what a user's profile says (from the cache or the store), in the writer's thread
+    :param read_profiles: what the users' profiles say (from the cache or the store, the rest in one
+        read), in the writer's thread: a user's Reach, or the error that kept it from being read
     :param max_batch: the most reservations, and the most completions, in one round
+    :param round_s: the least time from a round's start to the next one's
     :param observe_batch: told the reservations of each round
     :param observe_wait: told each reservation's time, from ``reserve`` to its answer (seconds)
     """
@@ -60,15 +70,17 @@ class StoreWriter:
         self,
         opener: Callable[[], Database],
         terms: Callable[[], Terms],
-        read_profile: Callable[[str], Reach],
+        read_profiles: Callable[[Sequence[str]], Mapping[str, Reach | Exception]],
         max_batch: int = 256,
+        round_s: float = 0.0,
         observe_batch: Callable[[int], None] | None = None,
         observe_wait: Callable[[float], None] | None = None,
     ) -> None:
         self._opener = opener
         self._terms = terms
-        self._read_profile = read_profile
+        self._read_profiles = read_profiles
         self._max_batch = max_batch
+        self._round_s = round_s
         self._observe_batch = observe_batch
         self._observe_wait = observe_wait
         self._waiting: list[_Waiting] = []
@@ -184,7 +196,14 @@ class StoreWriter:
     def _run(self) -> None:
         db: Database | None = None
         pause = 0.05
-        while (work := self._take()) is not None:
+        started = 0.0
+        while True:
+            early = started + self._round_s - time.monotonic()
+            if early > 0:
+                time.sleep(early)  # what comes meanwhile joins this round
+            if (work := self._take()) is None:
+                break
+            started = time.monotonic()
             waiting, completions, releases = work
             try:
                 db = db or self._opener()
@@ -204,21 +223,29 @@ class StoreWriter:
             self._stored(completions)
             if waiting and self._observe_batch is not None:
                 self._observe_batch(len(waiting))
-            _answer([(w, self._with_profile(w.item, reserved)) for w, reserved in zip(waiting, outcomes, strict=True)])
+            _answer(self._with_profiles(waiting, outcomes))
         if db is not None:
             db.close()
 
-    def _with_profile(self, item: Reserve, reserved: Reserved) -> Reply | BaseException:
-        if reserved.outcome is not Reservation.NEW:
-            return reserved, None
+    def _with_profiles(self, waiting: list[_Waiting], outcomes: list[Reserved]
+                       ) -> list[tuple[_Waiting, Reply | BaseException]]:
+        """Each reservation's reply: a NEW one with what its user's profile says (a user without a
+        profile, or whose profile could not be read: its key is released again)."""
+        users = [w.item.user_id for w, r in zip(waiting, outcomes, strict=True) if r.outcome is Reservation.NEW]
         try:
-            reach = self._read_profile(item.user_id)
-        except Exception as exc:  # noqa: BLE001 - the request gets the store's failure
-            self.release(item.key, item.notification_id)
-            return exc
-        if not reach.exists:
-            self.release(item.key, item.notification_id)
-        return reserved, reach
+            reaches: Mapping[str, Reach | Exception] = self._read_profiles(users) if users else {}
+        except Exception as exc:  # noqa: BLE001 - the requests get the store's failure
+            reaches = {user: exc for user in users}
+        replies: list[tuple[_Waiting, Reply | BaseException]] = []
+        for w, reserved in zip(waiting, outcomes, strict=True):
+            if reserved.outcome is not Reservation.NEW:
+                replies.append((w, (reserved, None)))
+                continue
+            reach = reaches[w.item.user_id]
+            if isinstance(reach, Exception) or not reach.exists:
+                self.release(w.item.key, w.item.notification_id)
+            replies.append((w, reach if isinstance(reach, Exception) else (reserved, reach)))
+        return replies
 
     def stop(self, timeout_s: float) -> None:
         """Store what is held (up to ``timeout_s``), then stop."""

@@ -188,7 +188,7 @@ def test_a_read_waits_for_the_writers_round_holding_the_answers_given_before_it(
         return Terms(int(time.time() * 1000), 60_000, 10_000)
 
     writer = StoreWriter(StoreAccess(location).open_requests, terms,
-                         lambda user: Reach.of(ProfileRead(Preferences(), Contacts())))
+                         lambda users: {u: Reach.of(ProfileRead(Preferences(), Contacts())) for u in users})
     reader = StoreAccess(location).open()
 
     async def scenario() -> None:
@@ -241,7 +241,7 @@ def test_the_writer_tells_each_reservation_s_time_from_its_hand_over_to_its_answ
         return Terms(int(time.time() * 1000), 60_000, 10_000)
 
     writer = StoreWriter(StoreAccess(location).open_requests, terms,
-                         lambda user: Reach.of(ProfileRead(Preferences(), Contacts())), observe_wait=waits.append)
+                         lambda users: {u: Reach.of(ProfileRead(Preferences(), Contacts())) for u in users}, observe_wait=waits.append)
 
     async def scenario() -> None:
         threading.Timer(0.3, go.set).start()
@@ -255,6 +255,92 @@ def test_the_writer_tells_each_reservation_s_time_from_its_hand_over_to_its_answ
         go.set()
         writer.stop(5.0)
     assert len(waits) == 2 and all(0.25 <= w < 5.0 for w in waits)
+
+
+def test_a_round_reads_its_new_users_profiles_together_and_a_user_it_cannot_read_fails_alone(tmp_path: Path) -> None:
+    """One profile read for the round's new keys (a repeated user once); a user whose contacts
+    cannot be read gets that error and its key is free again; a user without a profile too."""
+    import asyncio
+
+    from api.idempotency import Reserve, Terms
+    from api.writer import StoreWriter
+    from senders.profiles.crypto import ContactDecryptError
+
+    location = str(tmp_path / "w.sqlite3")
+    setup = StoreAccess(location).open()
+    prepare(setup)
+    setup.close()
+    asked: list[list[str]] = []
+    down = [False]
+
+    def read_profiles(users: Sequence[str]) -> dict[str, Reach | Exception]:
+        asked.append(list(users))
+        if down[0]:
+            raise OSError("the store does not answer")
+        return {u: ContactDecryptError() if u == "bad" else
+                Reach.of(NO_PROFILE if u == "gone" else ProfileRead(Preferences(), Contacts())) for u in users}
+
+    writer = StoreWriter(StoreAccess(location).open_requests, lambda: Terms(int(time.time() * 1000), 60_000, 10_000),
+                         read_profiles, round_s=0.2)
+
+    async def scenario() -> None:
+        await writer.reserve(Reserve("k0", "fp", "n0", "u0"))  # a round, then 0.2 s until the next
+        users = ["u1", "u1", "bad", "gone"]
+        got = await asyncio.gather(*(writer.reserve(Reserve(f"k{i}", "fp", f"n{i}", u)) for i, u in
+                                     enumerate(users, 1)), return_exceptions=True)
+        assert [r[0].outcome for r in (got[0], got[1], got[3])] == [Reservation.NEW] * 3  # type: ignore[index]
+        assert [r[1].exists for r in (got[0], got[1], got[3])] == [True, True, False]  # type: ignore[index, union-attr]
+        assert isinstance(got[2], ContactDecryptError)
+        again = await writer.reserve(Reserve("k3", "fp", "n9", "u1"))  # released: the key is free
+        assert again[0].outcome is Reservation.NEW
+        assert (await writer.reserve(Reserve("k4", "fp", "n8", "u1")))[0].outcome is Reservation.NEW
+        down[0] = True  # the read itself fails: every new key of the round gets it, and is free again
+        with pytest.raises(OSError):
+            await writer.reserve(Reserve("k5", "fp", "n5", "u1"))
+        down[0] = False
+        assert (await writer.reserve(Reserve("k5", "fp", "n6", "u1")))[0].outcome is Reservation.NEW
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        writer.stop(5.0)
+    assert asked[:2] == [["u0"], ["u1", "u1", "bad", "gone"]]
+
+
+def test_a_busy_writer_starts_a_round_no_sooner_than_its_interval_and_an_idle_one_at_once(tmp_path: Path) -> None:
+    import asyncio
+
+    from api.idempotency import Reserve, Terms
+    from api.writer import StoreWriter
+
+    location = str(tmp_path / "w.sqlite3")
+    setup = StoreAccess(location).open()
+    prepare(setup)
+    setup.close()
+    sizes: list[int] = []
+    writer = StoreWriter(StoreAccess(location).open_requests, lambda: Terms(int(time.time() * 1000), 60_000, 10_000),
+                         lambda users: {u: Reach.of(ProfileRead(Preferences(), Contacts())) for u in users},
+                         round_s=0.3, observe_batch=sizes.append)
+
+    async def timed(key: str) -> float:
+        started = time.monotonic()
+        await writer.reserve(Reserve(key, "fp", key, "u1"))
+        return time.monotonic() - started
+
+    async def scenario() -> None:
+        assert await timed("a") < 0.25  # idle: at once
+        second = asyncio.ensure_future(timed("b"))
+        await asyncio.sleep(0.1)
+        third = asyncio.ensure_future(timed("c"))  # comes while the second waits: the same round
+        assert await second >= 0.25 and await third >= 0.15
+        await asyncio.sleep(0.4)
+        assert await timed("d") < 0.25  # idle again: at once
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        writer.stop(5.0)
+    assert sizes == [1, 2, 1]
 
 
 def test_the_backlog_counts_what_a_group_has_not_consumed_and_the_gate_reads_it_sparingly() -> None:
@@ -306,7 +392,7 @@ def test_on_sqlite_the_writer_s_reservations_do_not_wait_for_the_store_s_write_l
     sender.execute("BEGIN IMMEDIATE")  # the store file's write lock, held
     writer = StoreWriter(StoreAccess(location, busy_timeout_ms=30_000).open_requests,
                          lambda: Terms(int(time.time() * 1000), 60_000, 10_000),
-                         lambda user: Reach.of(ProfileRead(Preferences(), Contacts())))
+                         lambda users: {u: Reach.of(ProfileRead(Preferences(), Contacts())) for u in users})
 
     async def reserve() -> Reservation:
         reserved, _ = await asyncio.wait_for(writer.reserve(Reserve("k1", "fp", "n1", "u1")), 5.0)
