@@ -28,6 +28,12 @@ class Expiring(Generic[K, V]):
             return None
         return hit[1]
 
+    def left_s(self, key: K) -> float:
+        """How long the entry has left (0: none, or expired)."""
+        with self._lock:
+            hit = self._entries.get(key)
+        return 0.0 if hit is None else max(0.0, hit[0] - self._clock())
+
     def put(self, key: K, value: V) -> None:
         if self._ttl_s <= 0:
             return

@@ -7,6 +7,7 @@ nothing a request does brings the process down."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -16,7 +17,7 @@ from api.asgi import ASGIApp, AsgiScope, Message, Receive, Send, header, respond
 from api.errors import STORE_UNAVAILABLE, UNAUTHORIZED, ApiError
 from api.metrics import method_label
 from api.scopes import ROUTE_SCOPES, Scope, display_path, route_of
-from api.tokens import TokenCache, lookup, well_formed
+from api.tokens import Found, TokenCache, lookup, well_formed
 from senders.errors import StoreUnavailableError
 
 logger = logging.getLogger("api.access")
@@ -33,6 +34,7 @@ def forbidden_scope(caller: str, scope: Scope) -> ApiError:
 class Gate:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
+        self._lookups: dict[str, asyncio.Future[Found | None]] = {}  # by token: one store read at a time
 
     async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
         """An HTTP request (the app, ``api.app.NotifyApp``, sends it nothing else)."""
@@ -142,12 +144,30 @@ class Gate:
             return None
         cache: TokenCache = services.tokens
         cached = cache.get(token)
+        if cached is TokenCache.REFUSED:
+            return None
         if cached is not None:
-            return None if cached is TokenCache.REFUSED else cached
-        now = int(time.time() * 1000)
-        found = await services.pool.run(lambda db: lookup(db, token, now))
-        cache.put(token, found)
-        return found
+            if token not in self._lookups and cache.refresh_due(token):
+                self._lookup(token, services).add_done_callback(lambda f: f.cancelled() or f.exception())
+            return cached
+        return await asyncio.shield(self._lookup(token, services))
+
+    def _lookup(self, token: str, services: Any) -> asyncio.Future[Found | None]:
+        """The token read from the store and cached: one read at a time, which every request with
+        the token meanwhile waits for (when the cache's time runs out, hundreds arrive at once)."""
+        pending = self._lookups.get(token)
+        if pending is None or pending.get_loop() is not asyncio.get_running_loop():  # (a test's earlier loop)
+            pending = self._lookups[token] = asyncio.ensure_future(self._read_token(token, services))
+        return pending
+
+    async def _read_token(self, token: str, services: Any) -> Found | None:
+        try:
+            now = int(time.time() * 1000)
+            found: Found | None = await services.pool.run(lambda db: lookup(db, token, now))
+            services.tokens.put(token, found)
+            return found
+        finally:
+            self._lookups.pop(token, None)
 
     @staticmethod
     async def _body(scope: AsgiScope, receive: Receive, limit: int) -> bytes | None:

@@ -216,6 +216,7 @@ class TokenCache:
         wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         max_entries: int = 10_000,
     ) -> None:
+        self._ttl_s = ttl_s
         self._live: Expiring[str, Found] = Expiring(ttl_s, clock, max_entries)
         self._refused: Expiring[str, Found] = Expiring(negative_ttl_s, clock, max_entries)
         self._wall_ms = wall_ms
@@ -230,9 +231,15 @@ class TokenCache:
             return _REFUSED
         return self._refused.get(digest)
 
+    def refresh_due(self, token: str) -> bool:
+        """Whether a live token is past half its time in the cache: read it again now, in the
+        background, so its requests do not wait for the store when it expires."""
+        return 0.0 < self._live.left_s(token_hash(token)) < self._ttl_s / 2
+
     def put(self, token: str, found: Found | None) -> None:
         digest = token_hash(token)
         if found is None:
+            self._live.drop(digest)  # a cached token read again and found revoked
             self._refused.put(digest, _REFUSED)
         else:
             self._live.put(digest, found)

@@ -80,6 +80,45 @@ def test_the_cache_keeps_live_and_refused_tokens_and_checks_expiry_on_every_hit(
     assert cache.get(bad) is None  # for negative_ttl_s only
 
 
+def test_the_gate_reads_a_token_once_for_all_its_requests_and_again_ahead_of_its_expiry(db: Database) -> None:
+    """Requests that find no cached token wait for one store read between them; past half its
+    cache time a token is read again in the background while its requests go on at once; a token
+    revoked meanwhile is refused once that read is back."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from api.gate import Gate
+
+    now = [0.0]
+    token = create_caller(db, SHOP, 1_000)
+    reads: list[float] = []
+
+    async def run(fn):  # type: ignore[no-untyped-def]
+        reads.append(now[0])
+        await asyncio.sleep(0.05)  # a store thread busy elsewhere
+        return fn(db)
+
+    services = SimpleNamespace(tokens=TokenCache(5.0, 1.0, clock=lambda: now[0]), pool=SimpleNamespace(run=run))
+    gate = Gate(lambda scope, receive, send: None)  # type: ignore[arg-type, return-value]
+    scope = {"headers": [(b"authorization", f"Bearer {token}".encode())]}
+
+    async def scenario() -> None:
+        found = await asyncio.gather(*(gate._caller(scope, services) for _ in range(50)))
+        assert {f.caller.name for f in found} == {"shop"} and reads == [0.0]
+        now[0] = 2.0  # within the first half: from the cache alone
+        assert (await gate._caller(scope, services)).caller.name == "shop" and len(reads) == 1
+        now[0] = 3.0  # past half: answered from the cache, read again meanwhile (once)
+        revoke(db, caller="shop")
+        for _ in range(5):
+            assert (await gate._caller(scope, services)) is not None
+            await asyncio.sleep(0)
+        assert reads == [0.0, 3.0]
+        await asyncio.sleep(0.1)
+        assert await gate._caller(scope, services) is None  # the read is back: revoked
+
+    asyncio.run(scenario())
+
+
 def test_the_route_table_has_every_route_once_and_the_gate_finds_them() -> None:
     from api.app import create_app
 

@@ -134,6 +134,53 @@ def test_two_processes_share_one_budget_and_take_it_in_chunks(db: Database, tmp_
         second.close()
 
 
+def test_a_busy_caller_s_chunks_are_leased_ahead_so_its_requests_do_not_wait_for_the_store(db: Database) -> None:
+    """At 1,000/s (chunks of 100): the next chunk is leased while a quarter of one is left, and the
+    next window's first chunk once the window is half over; the store grants no more than the
+    budget either way. A caller of 10/s is leased on demand only."""
+    now = [2_000_000]
+    calls: list[int] = []
+
+    async def run(fn):  # type: ignore[no-untyped-def]
+        calls.append(now[0])
+        await asyncio.sleep(0)  # a store thread's answer comes back later
+        return fn(db)
+
+    limits = CallerLimits(run, 0.1, clock_ms=lambda: now[0])
+
+    async def scenario() -> None:
+        assert await limits.admit("busy", 1000, "send") is None  # the first chunk: waited for
+        assert len(calls) == 1
+        for _ in range(73):
+            assert await limits.admit("busy", 1000, "send") is None
+        await asyncio.sleep(0.01)
+        assert len(calls) == 1  # 26 of 100 left: not yet
+        assert await limits.admit("busy", 1000, "send") is None
+        await asyncio.sleep(0.01)
+        assert len(calls) == 2  # a quarter left: the next chunk leased meanwhile
+        now[0] += 500  # the window's second half
+        assert await limits.admit("busy", 1000, "send") is None
+        await asyncio.sleep(0.01)
+        assert len(calls) == 3  # the next window's first chunk
+        now[0] += 500  # the next window: its chunk is here already
+        for _ in range(50):
+            assert await limits.admit("busy", 1000, "send") is None
+        assert len(calls) == 3
+        for _ in range(3):  # 10/s: chunks of 1, each leased when it is needed
+            assert await limits.admit("small", 10, "send") is None
+        assert len(calls) == 6
+        now[0] += 600  # the window's second half: still no lease ahead
+        assert await limits.admit("small", 10, "send") is None
+        await asyncio.sleep(0.01)
+        assert len(calls) == 7
+
+    asyncio.run(scenario())
+    with db.tx(write=False) as cur:
+        rows = db.exec(cur, "SELECT caller, window_ms, granted FROM api_rate_budget ORDER BY caller, window_ms").fetchall()
+    assert [(c, int(w), int(g)) for c, w, g in rows] == [
+        ("busy", 2_000_000, 200), ("busy", 2_001_000, 100), ("small", 2_001_000, 4)]
+
+
 def test_a_budget_is_never_granted_twice(db: Database) -> None:
     window = window_of(7, 5_000)
     grants = [lease_budget(db, "c", "send", window, 0.5) for _ in range(10)]
