@@ -81,7 +81,9 @@ class Plan:
     :param checkpoint_ms: ``flink.checkpoint_interval_ms`` (None: the setting's default)
     :param nice: ``flink.nice`` and ``senders.nice``: the job and the senders below the API and
         the broker on the CPU, as one host running them all is deployed (ops/priority.py); 0:
-        all at one priority"""
+        all at one priority
+    :param api_nice: ``api.nice``: the API's processes above the other services (its autogroup's
+        share of the CPU; needs root, else the API runs at 0 and its log says so); 0: as they"""
 
     mode: str
     accept_rates: tuple[float, ...]
@@ -107,6 +109,7 @@ class Plan:
     stub_latency_ms: int = 200
     api_processes: int = 1
     nice: int = 10
+    api_nice: int = -5
     connections: int = 64
     store: str = "sqlite"
     partitions: int = 4
@@ -174,7 +177,8 @@ class Slo:
                      "sms_primary": f"{origin}/sms", "push_rate_per_sec": 1e6, "sms_rate_per_sec": 1e6,
                      "rate_burst": 100_000, "contact_encryption_keys": generate_key(),
                      "contact_lookup_keys": generate_key(), "metrics_log_interval_s": 0, "nice": plan.nice},
-            api={"port": free_port(), "default_rate_per_sec": 1e6, "processes": plan.api_processes},
+            api={"port": free_port(), "default_rate_per_sec": 1e6, "processes": plan.api_processes,
+                 "nice": plan.api_nice},
         )
         kafka_io.ensure_topics(cfg.kafka, cfg.topics.all(), plan.partitions)
         ensure_topics(cfg, [Channel.PUSH, Channel.SMS])
@@ -580,6 +584,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--api-processes", type=int, help="dedupctl api run --processes (1)")
     parser.add_argument("--nice", type=int, choices=range(20), metavar="0-19",
                         help="the job's and the senders' CPU nice (flink.nice, senders.nice; 10; 0: as the API's)")
+    parser.add_argument("--api-nice", type=int, choices=range(-20, 1), metavar="-20-0",
+                        help="the API's CPU nice (api.nice; -5, which needs root; 0: as the other services)")
     parser.add_argument("--connections", type=int, help="the load generator's keep-alive connections (64)")
     parser.add_argument("--store", choices=("sqlite", "postgresql"), help="the API's and senders' store (sqlite)")
     parser.add_argument("--label", help="named into the result files: slo-<date>-<label>.json")
@@ -592,8 +598,8 @@ def main(argv: list[str] | None = None) -> int:
         changes["accept_rates"] = tuple(float(r) for r in args.accept_rates.split(",") if r)
     for name in ("warmup_s", "warmup_rate", "warmup_rounds", "accept_s", "users", "campaign_rate", "flood_s",
                  "code_rate", "order_rate", "settle_bound_s",
-                 "brokers", "checkpoint_ms", "stub_latency_ms", "api_processes", "nice", "connections", "store",
-                 "label"):
+                 "brokers", "checkpoint_ms", "stub_latency_ms", "api_processes", "nice", "api_nice", "connections",
+                 "store", "label"):
         if getattr(args, name) is not None:
             changes[name] = getattr(args, name)
     if args.broker_kill:

@@ -168,7 +168,8 @@ def markdown(result: Mapping[str, Any]) -> str:
         f"commit {result['git']['commit'][:12]} ({result['git']['dirty_paths']} changed paths), {m['nproc']} CPUs,"
         f" brokers {result['config']['brokers']}, checkpoint interval {result['config']['checkpoint_interval_ms']} ms,"
         f" provider stubs {result['config']['stub_latency_ms']} ms, {result['config']['users']:,} campaign users,"
-        f" job and senders at nice {result['config'].get('nice', 0)};"
+        f" job and senders at nice {result['config'].get('nice', 0)},"
+        f" API at nice {result['config'].get('api_nice', 0)};"
         f" `{result['command']}`",
         "",
         "## Accept latency (open loop, timed from when each request was due)",

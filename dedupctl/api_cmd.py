@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import re
 import sys
 import time
@@ -14,7 +15,10 @@ from typing import Any
 
 from dedupctl import campaigns_cmd
 from operators.errors import ConfigError
+from ops.priority import set_cpu_priority
 from settings import Settings
+
+logger = logging.getLogger(__name__)
 
 _DURATION = re.compile(r"([1-9]\d{0,8})([smhd])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
@@ -42,6 +46,8 @@ def cmd_api_run(cfg: Settings, args: argparse.Namespace) -> int:
 
     if args.processes is not None and args.processes < 1:
         raise ConfigError("api run: --processes must be at least 1")
+    if cfg.api.nice:
+        logger.info("the API's processes: %s", set_cpu_priority(cfg.api.nice))
     run(cfg, args.host, args.port, args.processes)
     return 0
 

@@ -7,7 +7,7 @@ statuses and profiles there.
 
 from __future__ import annotations
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from settings.base import OptionalSecret, Section
 
@@ -54,6 +54,9 @@ class ApiSettings(Section):
     :param writer_round_ms: a store writer's round starts at least this long after the one before
         (0: at once): under load the requests of this time share one transaction and one profile
         read, so a request costs less CPU; an idle writer's next round is not held (``api.writer``)
+    :param nice: ``api run`` runs its processes at this CPU nice (-20 to 19; 0: as started); below
+        0, above the other services of a shared host, needs CAP_SYS_NICE (ops/priority.py says
+        why and what it buys; refused, the API runs on as it was, with a warning)
     :param token_cache_ttl_ms: a looked-up token is trusted this long without reading the store
         again: a token revoked (``dedupctl api token revoke``) is refused at once by a process
         that has not cached it and within this time by one that has. Its expiry is checked on
@@ -126,6 +129,7 @@ class ApiSettings(Section):
     held_receipts_ttl_s: int = 86_400
     writer_max_batch: int = 256
     writer_round_ms: int = 10
+    nice: int = Field(default=0, ge=-20, le=19)
     shutdown_timeout_s: float = 10.0
     segments_dir: str = ""
 

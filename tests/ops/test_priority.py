@@ -20,8 +20,8 @@ pytestmark = pytest.mark.skipif(os.getpriority(os.PRIO_PROCESS, 0) != 0, reason=
 
 PROBE = """
 import json, os, sys
-from ops.priority import yield_cpu
-said = yield_cpu(int(sys.argv[1]))
+from ops import priority
+said = getattr(priority, sys.argv[2])(int(sys.argv[1]))
 child = os.popen("cat /proc/self/autogroup; echo; python3 -c 'import os; print(os.getpriority(os.PRIO_PROCESS, 0))'").read()
 group = open("/proc/self/autogroup").read().strip() if os.path.exists("/proc/self/autogroup") else None
 print(json.dumps({"said": said, "nice": os.getpriority(os.PRIO_PROCESS, 0), "group": group,
@@ -29,9 +29,9 @@ print(json.dumps({"said": said, "nice": os.getpriority(os.PRIO_PROCESS, 0), "gro
 """
 
 
-def _probe(nice: int, *, new_session: bool) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-c", PROBE, str(nice)], cwd=REPO_ROOT, capture_output=True, text=True,
-                          check=True, timeout=60, start_new_session=new_session)
+def _probe(nice: int, *, new_session: bool, how: str = "yield_cpu") -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-c", PROBE, str(nice), how], cwd=REPO_ROOT, capture_output=True,
+                          text=True, check=True, timeout=60, start_new_session=new_session)
     result: dict[str, Any] = json.loads(done.stdout)
     return result
 
@@ -58,6 +58,32 @@ def test_zero_leaves_the_priority_as_it_is() -> None:
     assert got["nice"] == 0 and got["said"] == "CPU priority unchanged"
     if got["group"] is not None:
         assert str(got["group"]).endswith("nice 0")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a nice below 0 needs root (CAP_SYS_NICE)")
+def test_the_api_s_priority_may_be_raised_above_the_other_services_and_a_throughput_one_s_may_not() -> None:
+    got = _probe(-5, new_session=True, how="set_cpu_priority")
+    assert got["nice"] == -5 and got["said"] == "nice -5, its session's autogroup at nice -5"
+    if got["group"] is not None:
+        assert str(got["group"]).endswith("nice -5")
+    *_, nice = got["child"]
+    assert nice == "-5"
+    assert _probe(-5, new_session=True)["said"] == "CPU priority unchanged"  # yield_cpu: 0 or more only
+
+
+def test_a_refused_raise_leaves_the_priority_and_says_so() -> None:
+    import ops.priority as priority
+
+    if os.geteuid() == 0:
+        pytest.skip("root may raise it")
+    assert priority.set_cpu_priority(-5) == "already at nice 0"
+
+
+def test_the_api_s_nice_takes_minus_20_to_19() -> None:
+    assert Settings().with_overrides(api={"nice": -5}).api.nice == -5
+    for wrong in (-21, 20):
+        with pytest.raises(ConfigError, match="nice"):
+            Settings().with_overrides(api={"nice": wrong})
 
 
 def test_the_settings_take_0_to_19() -> None:
