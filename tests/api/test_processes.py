@@ -52,8 +52,16 @@ def duplicate_notice(cfg: Settings, notification_id: str, dedup_key: str, origin
 
 
 def serving(supervisor: psutil.Process) -> list[int]:
-    """The API's processes under ``api run --processes`` (not multiprocessing's resource tracker)."""
-    return [p.pid for p in supervisor.children() if "spawn_main" in " ".join(p.cmdline())]
+    """The API's processes under ``api run --processes`` (not multiprocessing's resource tracker,
+    nor one killed that its supervisor has not reaped yet)."""
+    found = []
+    for p in supervisor.children():
+        try:
+            if "spawn_main" in " ".join(p.cmdline()):
+                found.append(p.pid)
+        except psutil.Error:  # a zombie, or gone: not serving
+            continue
+    return found
 
 
 def requests_served(url: str) -> float:

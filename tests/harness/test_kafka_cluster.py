@@ -197,7 +197,7 @@ class IdempotentWriter(threading.Thread):
             self.producer.poll(0)
             time.sleep(0.01)
         self.unsent = self.producer.flush(120)
-        self.producer.close()
+        del self.producer  # the client goes with its last reference (this confluent-kafka has no close())
 
 
 class TransactionalWriter(threading.Thread):
@@ -226,7 +226,8 @@ class TransactionalWriter(threading.Thread):
                 self.producer.produce(self.topic, key=v.encode(), value=v.encode())
             self._commit(values)
             time.sleep(0.1)
-        self.producer.close()
+        self.producer.flush(30)
+        del self.producer  # the client goes with its last reference (this confluent-kafka has no close())
 
     def _commit(self, values: list[str]) -> None:
         while True:
