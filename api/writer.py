@@ -241,7 +241,7 @@ class StoreWriter:
             if reserved.outcome is not Reservation.NEW:
                 replies.append((w, (reserved, None)))
                 continue
-            reach = reaches[w.item.user_id]
+            reach = reaches.get(w.item.user_id) or LookupError("the user's profile was not read")
             if isinstance(reach, Exception) or not reach.exists:
                 self.release(w.item.key, w.item.notification_id)
             replies.append((w, reach if isinstance(reach, Exception) else (reserved, reach)))
