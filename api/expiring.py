@@ -22,17 +22,17 @@ class Expiring(Generic[K, V]):
         self._lock = threading.Lock()
 
     def get(self, key: K) -> V | None:
-        with self._lock:
-            hit = self._entries.get(key)
-        if hit is None or hit[0] <= self._clock():
-            return None
-        return hit[1]
+        found = self.entry(key)
+        return None if found is None else found[0]
 
-    def left_s(self, key: K) -> float:
-        """How long the entry has left (0: none, or expired)."""
+    def entry(self, key: K) -> tuple[V, float] | None:
+        """The value and the seconds it has left; None when there is none, or it expired."""
         with self._lock:
             hit = self._entries.get(key)
-        return 0.0 if hit is None else max(0.0, hit[0] - self._clock())
+        if hit is None:
+            return None
+        left = hit[0] - self._clock()
+        return None if left <= 0 else (hit[1], left)
 
     def put(self, key: K, value: V) -> None:
         if self._ttl_s <= 0:

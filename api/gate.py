@@ -143,11 +143,11 @@ class Gate:
         if not well_formed(token):
             return None
         cache: TokenCache = services.tokens
-        cached = cache.get(token)
+        cached, refresh_due = cache.read(token)
         if cached is TokenCache.REFUSED:
             return None
         if cached is not None:
-            if token not in self._lookups and cache.refresh_due(token):
+            if refresh_due and token not in self._lookups:
                 self._lookup(token, services).add_done_callback(lambda f: f.cancelled() or f.exception())
             return cached
         return await asyncio.shield(self._lookup(token, services))

@@ -222,19 +222,20 @@ class TokenCache:
         self._wall_ms = wall_ms
 
     def get(self, token: str) -> Found | None:
-        digest = token_hash(token)
-        found = self._live.get(digest)
-        if found is not None:
-            if found.live(self._wall_ms()):
-                return found
-            self._live.drop(digest)
-            return _REFUSED
-        return self._refused.get(digest)
+        return self.read(token)[0]
 
-    def refresh_due(self, token: str) -> bool:
-        """Whether a live token is past half its time in the cache: read it again now, in the
-        background, so its requests do not wait for the store when it expires."""
-        return 0.0 < self._live.left_s(token_hash(token)) < self._ttl_s / 2
+    def read(self, token: str) -> tuple[Found | None, bool]:
+        """``get``, and whether a live token is past half its time in the cache: to read again
+        now, in the background, so its requests do not wait for the store when it expires."""
+        digest = token_hash(token)
+        live = self._live.entry(digest)
+        if live is not None:
+            found, left_s = live
+            if found.live(self._wall_ms()):
+                return found, left_s < self._ttl_s / 2
+            self._live.drop(digest)
+            return _REFUSED, False
+        return self._refused.get(digest), False
 
     def put(self, token: str, found: Found | None) -> None:
         digest = token_hash(token)
