@@ -1,13 +1,14 @@
 """The API's connections to the store.
 
-On PostgreSQL they are the store's own. On SQLite, the two tables every accepted request writes
-(``api.tables.REQUEST_TABLES``: its Idempotency-Key and its record) are in a file of their own
-beside the store's (``requests_file``). The API's store writer (``api.writer``) is the one writer
-of that file in a process, and so no longer waits for the write lock of the store's file, which
-the senders take for their claims and statuses: SQLite's busy handler sleeps 1, 2, 5 ... 100 ms
-between tries, and a sender holds the lock while its own threads share one interpreter. The API's
-other connections attach the file as ``requests`` (``api.tables.REQUESTS``), so its SQL names the
-tables as before; a transaction of theirs takes the write locks of both files.
+On PostgreSQL they are the store's own. On SQLite, the tables the API writes for every request
+(``api.tables.REQUEST_TABLES``: its Idempotency-Key and its record, and its caller's rate budget)
+are in a file of their own beside the store's (``requests_file``). Their writers (the store writer,
+``api.writer``, and the rate budgets' leases, ``api.ratelimit``) take that file's lock alone, and
+so never wait for the write lock of the store's file, which the senders take for their claims and
+statuses: SQLite's busy handler sleeps 1, 2, 5 ... 100 ms between tries, and a sender holds the
+lock while its own threads share one interpreter. The API's other connections attach the file as
+``requests`` (``api.tables.REQUESTS``), so its SQL names the tables as before; a transaction of
+theirs takes the write locks of both files.
 
 Measured beside the whole pipeline (``python -m bench.slo --quick --accept-rates 1000``; see
 bench/results/slo-2026-12-06-s36-summary.md): the API's reservations p99 90 -> 15-40 ms.
@@ -61,8 +62,8 @@ class StoreAccess:
         return self._open(self.location, attach={REQUESTS: requests_file(sqlite_path(self.location))})
 
     def open_requests(self) -> Database:
-        """The store writer's connection: on SQLite the requests file alone (its tables are made
-        by ``api.tables.prepare`` on an ``open`` connection first)."""
+        """The store writer's and the rate budgets' connections: on SQLite the requests file alone
+        (its tables are made by ``api.tables.prepare`` on an ``open`` connection first)."""
         if is_postgres(self.location):
             return self._open(self.location)
         return self._open(str(requests_file(sqlite_path(self.location))), store_tables=False)

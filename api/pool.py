@@ -20,9 +20,15 @@ T = TypeVar("T")
 
 class StorePool:
     def __init__(
-        self, opener: Callable[[], Database], threads: int, observe: Callable[[float, float], None] | None = None
+        self,
+        opener: Callable[[], Database],
+        threads: int,
+        observe: Callable[[float, float], None] | None = None,
+        prepare_tables: bool = True,
     ) -> None:
-        """``observe(queued_s, call_s)``: each call's wait for a thread and its own time."""
+        """``observe(queued_s, call_s)``: each call's wait for a thread and its own time;
+        ``prepare_tables``: make and migrate the API's tables on the first connection (``False``
+        for a pool on the requests file alone, ``api.database``, opened after one that did)."""
         self._opener = opener
         self._observe = observe
         self._local = threading.local()
@@ -30,7 +36,8 @@ class StorePool:
         self._lock = threading.Lock()
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="api-store")
         first = self.db()  # connects now: a wrong location is reported at start
-        prepare(first)  # the API's tables, migrated from an earlier layout where needed
+        if prepare_tables:
+            prepare(first)  # the API's tables, migrated from an earlier layout where needed
 
     @classmethod
     def open(

@@ -14,10 +14,13 @@ A busy caller's requests do not wait for those transactions: for a budget of at 
 ``LEASE_AHEAD_BUDGET`` a window, a process leases its next chunk while it still spends the one
 it has (when a quarter of it is left), and in a window's second half it leases its first chunk of
 the next window. Only a process that runs out before its lease is back, or a caller's first
-request in a window no chunk was leased ahead for, waits for the store. A lease is one SQLite
-write transaction on the store's file, so it can wait for the senders' write lock: beside the
-whole pipeline at 2,000 requests/s, the API's store calls took up to p99 90-220 ms, and every
-request of the process waited for its window's first lease.
+request in a window no chunk was leased ahead for, waits for the store. A lease is one write
+transaction, on a thread of its own (``Services.budgets``); on SQLite the budgets are in the
+requests file (``api.database``), whose writers are the API's processes alone. In the store's own
+file a lease waited for the senders' write lock: beside the whole pipeline at 2,000 requests/s
+the API's store calls (the leases among them) took p99 207-903 ms, and a window's first lease
+taken ahead, when it was not back within the half window it has, held up the process's requests;
+with the budgets in the requests file 41 and 71 ms (bench/results/slo-2026-12-06-s39-*).
 
 The bound: across all processes a caller is never admitted more than its budget in a window (the
 store grants no more); it may be admitted less when a process holds an unspent chunk at the

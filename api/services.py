@@ -52,6 +52,7 @@ class Services:
     limits: RequestLimits
     webhook_secrets: dict[str, bytes]
     tokens: TokenCache
+    budgets: StorePool  # the rate budgets' leases (``callers``)
     callers: CallerLimits
     singletons: Singletons
     elector: Elector
@@ -78,6 +79,7 @@ class Services:
         self.writer.stop(timeout)
         self.profile_reads.close()
         self.pool.close()
+        self.budgets.close()
         self.metrics.unwatch_gc()
         self.tracing.shutdown()
 
@@ -96,6 +98,9 @@ def build_services(cfg: Settings) -> Services:
 
     # SQLite takes one writer at a time: more threads only wait in its busy handler
     pool = StorePool(opener, api.store_threads if is_postgres(store.location) else 1, observe_store)
+    # the rate budgets' leases: a thread of their own, on SQLite on the requests file alone, so a
+    # lease waits neither for the senders' lock on the store file nor behind the pool's calls
+    budgets = StorePool(store.open_requests, 1, observe_store, prepare_tables=False)
     limits = cfg.dedup.request_limits()
     client = cfg.kafka.client_config()
     cipher = contact_cipher(cfg)
@@ -172,7 +177,8 @@ def build_services(cfg: Settings) -> Services:
         limits=limits,
         webhook_secrets=api.webhook_secret_map(),
         tokens=TokenCache(api.token_cache_ttl_ms / 1000, api.token_negative_ttl_ms / 1000),
-        callers=CallerLimits(pool.run, api.rate_lease_fraction,
+        budgets=budgets,
+        callers=CallerLimits(budgets.run, api.rate_lease_fraction,
                              on_lease=lambda bucket: metrics.rate_grants.labels(bucket).inc()),
         singletons=singletons,
         elector=Elector(opener, ttl_ms=api.lease_ttl_ms, on_elected=elected, on_deposed=deposed),

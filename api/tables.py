@@ -1,6 +1,7 @@
 """The API's tables, in the senders' status store database (``senders.store.db``), and their
 migration from an earlier layout (``prepare``: run by the API at start and by the commands that
-use the tables). On SQLite the request tables are in a file of their own (``api.database``)."""
+use the tables). On SQLite the request tables (``REQUEST_TABLES``) are in a file of their own
+(``api.database``)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from senders.store.db import Database
 
 #: on SQLite, the schema name of the file that holds ``REQUEST_TABLES`` (``api.database``)
 REQUESTS = "requests"
-#: the tables every accepted request writes (the store writer's, ``api.writer``)
-REQUEST_TABLES = ("api_idempotency", "api_request")
+#: the tables the API's processes write for every request: its Idempotency-Key and its record (the
+#: store writer's, ``api.writer``), and the callers' rate budgets (``api.ratelimit``)
+REQUEST_TABLES = ("api_idempotency", "api_request", "api_rate_budget")
 
 TOKEN_TABLE = """CREATE TABLE IF NOT EXISTS {name} (
         token_hash TEXT PRIMARY KEY,
@@ -102,15 +104,6 @@ SCHEMA = (
         expires_ms BIGINT NOT NULL,
         acquired_ms BIGINT NOT NULL
     )""",
-    # the callers' rate budgets: per caller, budget and window, what the processes leased of it
-    """CREATE TABLE IF NOT EXISTS api_rate_budget (
-        caller TEXT NOT NULL,
-        bucket TEXT NOT NULL,
-        window_ms BIGINT NOT NULL,
-        granted BIGINT NOT NULL,
-        PRIMARY KEY (caller, bucket, window_ms)
-    )""",
-    "CREATE INDEX IF NOT EXISTS api_rate_budget_by_window ON api_rate_budget (window_ms)",
     "CREATE INDEX IF NOT EXISTS api_campaign_user_by_user ON api_campaign_user (user_id)",
 )
 
@@ -146,6 +139,15 @@ REQUEST_SCHEMA = (
     "CREATE INDEX IF NOT EXISTS {into}api_request_by_user ON api_request (user_id, accepted_ms)",
     "CREATE INDEX IF NOT EXISTS {into}api_request_by_position ON api_request (kafka_partition, kafka_offset)",
     "CREATE INDEX IF NOT EXISTS {into}api_request_by_age ON api_request (accepted_ms)",
+    # the callers' rate budgets: per caller, budget and window, what the processes leased of it
+    """CREATE TABLE IF NOT EXISTS {into}api_rate_budget (
+        caller TEXT NOT NULL,
+        bucket TEXT NOT NULL,
+        window_ms BIGINT NOT NULL,
+        granted BIGINT NOT NULL,
+        PRIMARY KEY (caller, bucket, window_ms)
+    )""",
+    "CREATE INDEX IF NOT EXISTS {into}api_rate_budget_by_window ON api_rate_budget (window_ms)",
 )
 
 #: made once the tables have their current layout (after ``migrate``)
@@ -178,9 +180,10 @@ def prepare(db: Database) -> int:
 
 
 def move_requests(db: Database) -> int:
-    """SQLite: the request tables of a store from before they had a file of their own, moved
-    there (in one transaction over both files; a move cut short is finished by the next start,
-    a row already moved is kept once). Returns the rows moved."""
+    """SQLite: the request tables of a store from before they had a file of their own (or the rate
+    budgets from before they were among them), moved there (in one transaction over both files; a
+    move cut short is finished by the next start, a row already moved is kept once). Returns the
+    rows moved."""
     moved = 0
     with db.tx() as cur:
         for table in REQUEST_TABLES:

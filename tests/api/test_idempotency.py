@@ -11,6 +11,7 @@ other's answer instead of answering 409.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -100,3 +101,38 @@ def test_a_repeat_at_the_same_moment_waits_for_the_first_answer(
         assert codes == (200, 202), (where, n, seen, [r.text for r in replies])
         assert replies[0].json() == replies[1].json()
     assert seen == {(200, 202): 100}
+
+
+def test_a_sender_holding_the_store_file_s_write_lock_holds_up_no_new_notification(
+    two_apis: tuple[RunningApi, RunningApi],
+) -> None:
+    """On SQLite a sender's transaction holds the store file's write lock, and a writer waits for
+    it up to ``senders.sqlite_busy_timeout_ms``. A request waits for nothing in that file: its key
+    and record are in the requests file, and so is its caller's rate budget, whose chunk a caller
+    of 50/s leases in each window's first request (two processes, two budgets' windows each)."""
+    import sqlite3
+
+    from senders.runtime.pool import store_location
+    from senders.store.db import sqlite_path
+
+    a, b = two_apis
+    assert a.cfg.senders.sqlite_busy_timeout_ms >= 5_000
+    token = a.token("while-locked", rate=50)  # under api.ratelimit.LEASE_AHEAD_BUDGET: leased on demand
+    sender = sqlite3.connect(sqlite_path(store_location(a.cfg)), isolation_level=None, timeout=0)
+    sender.execute("BEGIN IMMEDIATE")
+    try:
+        for n in range(4):
+            api = (a, b)[n % 2]
+            with api.client(token) as c:
+                started = time.monotonic()
+                reply = c.post("/v1/notifications", json={**BODY, "params": {"order": f"L-{n}"}},
+                               headers={"Idempotency-Key": f"locked-{n}"})
+                assert reply.status_code == 202, reply.text
+                assert time.monotonic() - started < 3.0, n
+            time.sleep(0.6)  # the next request in another window of the caller's budget
+        with pytest.raises(sqlite3.OperationalError, match="locked"):  # the lock was the sender's throughout
+            sqlite3.connect(sqlite_path(store_location(a.cfg)), isolation_level=None, timeout=0).execute(
+                "BEGIN IMMEDIATE")
+    finally:
+        sender.execute("ROLLBACK")
+        sender.close()

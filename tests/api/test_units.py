@@ -409,8 +409,8 @@ def test_on_sqlite_the_writer_s_reservations_do_not_wait_for_the_store_s_write_l
 
 
 def test_a_sqlite_store_s_request_tables_move_to_their_own_file_once(tmp_path: Path) -> None:
-    """A store from before the requests file: its keys and request records are moved there when
-    the API's tables are prepared, and found where they were."""
+    """A store from before the requests file: its keys, request records and rate budgets are moved
+    there when the API's tables are prepared, and found where they were."""
     import sqlite3
 
     from api.tables import REQUEST_TABLES, request_schema
@@ -427,6 +427,7 @@ def test_a_sqlite_store_s_request_tables_move_to_their_own_file_once(tmp_path: P
                   " ('n1', 'shop/k1', 'u1', 't', 'sms', 'normal', 'shop', 1, 1, 0, 5)")
     plain.execute("INSERT INTO api_idempotency (idem_key, fingerprint, state, notification_id, user_id, answer,"
                   " created_ms, expires_ms) VALUES ('shop/k1', 'fp', 'done', 'n1', 'u1', '{\"id\": \"n1\"}', 1, 9e15)")
+    plain.execute("INSERT INTO api_rate_budget (caller, bucket, window_ms, granted) VALUES ('shop', 'send', 1000, 7)")
     db = StoreAccess(location).open()
     prepare(db)
     prepare(db)  # once: nothing left to move
@@ -439,5 +440,7 @@ def test_a_sqlite_store_s_request_tables_move_to_their_own_file_once(tmp_path: P
     assert not left & set(REQUEST_TABLES)
     moved = sqlite3.connect(tmp_path / "old-requests.sqlite3")
     assert moved.execute("SELECT COUNT(*) FROM api_request").fetchone() == (1,)
+    assert moved.execute("SELECT caller, bucket, window_ms, granted FROM api_rate_budget").fetchall() == [
+        ("shop", "send", 1000, 7)]
     plain.close()
     moved.close()
