@@ -52,14 +52,13 @@ class Connection:
         assert self.reader is not None
         self.writer.write(head + body)
         await self.writer.drain()
-        status = int((await self.reader.readuntil(b"\r\n")).split()[1])
+        # the head in one search of the buffer, not a coroutine step for each of its lines
+        lines = (await self.reader.readuntil(b"\r\n\r\n")).split(b"\r\n")
+        status = int(lines[0].split()[1])
         length = 0
-        while True:
-            line = await self.reader.readuntil(b"\r\n")
-            if line == b"\r\n":
-                break
-            name, _, value = line.decode("latin-1").partition(":")
-            if name.lower() == "content-length":
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
                 length = int(value.strip())
         return status, await self.reader.readexactly(length)
 

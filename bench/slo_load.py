@@ -181,7 +181,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--order-channels", default="push")
     parser.add_argument("--code-offset", type=int, default=0, help="the first code user is otp-N")
     parser.add_argument("--timeout", type=float, default=10.0)
+    parser.add_argument("--nice", type=int, default=0, help="this process's CPU nice (ops.priority; below 0: root)")
     args = parser.parse_args(argv)
+    if args.nice:
+        from ops.priority import set_cpu_priority
+
+        sys.stderr.write(f"  load generator: {set_cpu_priority(args.nice)}\n")
     try:
         import uvloop
 
