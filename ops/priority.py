@@ -16,7 +16,9 @@ share of any other session's (the broker's, a provider stub's, a load generator'
 number of processes in it. ``api.nice`` below 0 (it needs CAP_SYS_NICE: root, or systemd's
 ``Nice=``) gives the group more: at 2,000 accepts/s beside the whole pipeline on 2 cores, with
 the API's two processes at nice -5, the accept p99 was 97.7, 90.6, 106, 92.9 and 98.4 ms in five runs
-against 105 and 134 ms at 0 (``python -m bench.slo --api-nice``, bench/results/slo-2026-12-06-s38-*).
+against 105 and 134 ms at 0 (``python -m bench.slo --api-nice``, bench/results/slo-2026-12-06-s38-*);
+later runs at -5 gave 111-225 ms (s39-*, README): with the machine that full, the spread between
+runs is wider than the difference, so what -5 buys there is not measured yet.
 
 Linux's autogroups (``kernel.sched_autogroup_enabled``) share the CPU between sessions first and
 only then between the processes of one session by their nice values, so a process that leads its
