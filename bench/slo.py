@@ -494,6 +494,7 @@ def run(plan: Plan, out_dir: Path, keep: bool) -> int:
     phases: list[dict[str, Any]] = []
     warm_up: list[dict[str, Any]] = []
     failures: list[str] = []
+    finished = False
     try:
         say(f"starting {plan.brokers} broker(s) and the provider stub ({plan.stub_latency_ms} ms), work in {work}")
         cluster.start()
@@ -535,6 +536,7 @@ def run(plan: Plan, out_dir: Path, keep: bool) -> int:
         for p in phases:
             if p["lost"] or p["repeated_provider_keys"]:
                 failures.append(f"{p['name']}: {p['lost']} lost, {p['repeated_provider_keys']} repeated provider keys")
+        finished = True
     finally:
         for proc in slo.procs.values():
             proc.terminate(grace_s=30)
@@ -544,7 +546,9 @@ def run(plan: Plan, out_dir: Path, keep: bool) -> int:
         if postgres is not None:
             postgres.stop()
         slo.sampler.stop()
-        if not keep:
+        if keep or failures or not finished:  # a failed run's logs are what explains it
+            say(f"the work directory (logs, store, load records) is kept: {work}")
+        else:
             shutil.rmtree(work, ignore_errors=True)
     assert services is not None
     result = {
@@ -599,7 +603,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", choices=("sqlite", "postgresql"), help="the API's and senders' store (sqlite)")
     parser.add_argument("--label", help="named into the result files: slo-<date>-<label>.json")
     parser.add_argument("--out", default=str(REPO_ROOT / "bench" / "results"))
-    parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, store)")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the work directory (logs, store); a failed run's is always kept")
     args = parser.parse_args(argv)
     plan = FULL if args.full else QUICK
     changes: dict[str, Any] = {}

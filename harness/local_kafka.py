@@ -54,6 +54,13 @@ class BrokerError(DedupError):
 #: the broker's ``gc.log``). The pauses are logged to ``LocalBroker.gc_log``.
 BROKER_JVM_OPTIONS = ("-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
                       "-XX:+ExplicitGCInvokesConcurrent")
+#: the broker's heap: Kafka's own start script's (``kafka-server-start.sh``: 1 GB). Beside the whole
+#: pipeline a broker keeps ~190-205 MB after each young collection; at 512 MB that is over G1's 35%
+#: mark (179 MB), so G1 ran one concurrent cycle after another that freed nothing (in one 2,000/s
+#: run of bench.slo: 12 marking cycles of 75-100 ms, 12 remark and 12 cleanup pauses, 15 mixed
+#: collections; at 1 GB: none after start-up). The accept p99 at 2,000/s: 104-225 ms (median 128)
+#: in six runs at 512 MB, 72.1-128 ms (median 85.2) in five at 1 GB (bench/results, s39-*).
+BROKER_HEAP_MB = 1024
 
 
 @dataclass(frozen=True)
@@ -74,7 +81,7 @@ class LocalBroker:
     home: Path
     port: int = 9092
     controller_port: int = 9093
-    heap_mb: int = 512
+    heap_mb: int = BROKER_HEAP_MB
     node_id: int = 1
     voters: str = ""
     replication: int = 1
@@ -308,7 +315,7 @@ class LocalCluster:
     nodes: tuple[LocalBroker, ...]
 
     @classmethod
-    def layout(cls, home: Path, ports: Sequence[tuple[int, int]], heap_mb: int = 512) -> LocalCluster:
+    def layout(cls, home: Path, ports: Sequence[tuple[int, int]], heap_mb: int = BROKER_HEAP_MB) -> LocalCluster:
         """A cluster of ``len(ports)`` nodes, node k on the k-th (client port, controller port)."""
         if not ports:
             raise BrokerError("a cluster needs at least one node")
@@ -324,7 +331,7 @@ class LocalCluster:
         return cls(home, _one_cluster_id(home, nodes))
 
     @classmethod
-    def on_free_ports(cls, home: Path, brokers: int = 1, heap_mb: int = 512) -> LocalCluster:
+    def on_free_ports(cls, home: Path, brokers: int = 1, heap_mb: int = BROKER_HEAP_MB) -> LocalCluster:
         from harness.ports import free_port
 
         return cls.layout(home, [(free_port(), free_port()) for _ in range(brokers)], heap_mb)
