@@ -18,9 +18,10 @@ request in a window no chunk was leased ahead for, waits for the store. A lease 
 transaction, on a thread of its own (``Services.budgets``); on SQLite the budgets are in the
 requests file (``api.database``), whose writers are the API's processes alone. In the store's own
 file a lease waited for the senders' write lock: beside the whole pipeline at 2,000 requests/s
-the API's store calls (the leases among them) took p99 207-903 ms, and a window's first lease
+the API's store calls (the leases among them) took p99 95-903 ms, and a window's first lease
 taken ahead, when it was not back within the half window it has, held up the process's requests;
-with the budgets in the requests file 41 and 71 ms (bench/results/slo-2026-12-06-s39-*).
+with the budgets in the requests file 8.5-115 ms in 19 runs and 185 in one
+(bench/results/slo-2026-12-06-s39-*).
 
 The bound: across all processes a caller is never admitted more than its budget in a window (the
 store grants no more); it may be admitted less when a process holds an unspent chunk at the
