@@ -613,8 +613,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("warmup_s", "warmup_rate", "warmup_rounds", "accept_s", "users", "campaign_rate", "flood_s",
                  "code_rate", "order_rate", "settle_bound_s",
                  "brokers", "checkpoint_ms", "stub_latency_ms", "api_processes", "nice", "api_nice", "generator_nice",
-                 "connections",
-                 "store", "label"):
+                 "connections", "store", "label"):
         if getattr(args, name) is not None:
             changes[name] = getattr(args, name)
     if args.broker_kill:

@@ -160,12 +160,6 @@ def _load(p: Mapping[str, Any]) -> str:
     return f"{a:.1f} -> {b:.1f}"
 
 
-def _generator_nice(config: Mapping[str, Any]) -> int:
-    """The load generator's nice (runs before it had one: -5 in s39-gen-nice-1, else 0)."""
-    found = config.get("generator_nice", 0)
-    return int(config.get("api_nice", 0) if found is None else found)
-
-
 def markdown(result: Mapping[str, Any]) -> str:
     m = result["machine"]
     lines = [
@@ -176,7 +170,7 @@ def markdown(result: Mapping[str, Any]) -> str:
         f" provider stubs {result['config']['stub_latency_ms']} ms, {result['config']['users']:,} campaign users,"
         f" job and senders at nice {result['config'].get('nice', 0)},"
         f" API at nice {result['config'].get('api_nice', 0)},"
-        f" load generator at nice {_generator_nice(result['config'])};"
+        f" load generator at nice {result['config'].get('generator_nice', 0)};"
         f" `{result['command']}`",
         "",
         "## Accept latency (open loop, timed from when each request was due)",
