@@ -34,6 +34,7 @@ from uvicorn.supervisors import Multiprocess
 from api.app import create_app
 from api.metrics import MULTIPROC_ENV
 from api.services import build_services
+from ops.stacks import dump_stacks_on_signal
 from settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ def process_app(cfg: Settings, log_level: int) -> FastAPI:
     """The app of one of several processes (called in the spawned process: its logging first)."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=log_level, format=LOG_FORMAT)
+    dump_stacks_on_signal()  # a spawned process has not inherited the handler
     return create_app(lambda: build_services(cfg))
 
 

@@ -27,6 +27,7 @@ the campaign's deliveries per second; the CPU of each service over each phase. R
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -57,6 +58,7 @@ from bench.measure import (
 from bench.slo_load import codes_in
 from bench.stubs.process import StubProcess, raise_fd_limit
 from bench.systems import Proc
+from ops.stacks import STACKS_SIGNAL
 from settings import REPO_ROOT, Settings
 
 CALLER = "bench"
@@ -479,6 +481,26 @@ def figures(slo: Slo, phases: list[dict[str, Any]], arrivals: dict[str, dict[str
             p["notes"].append(f"not every message at the stubs {p['settle_s']:.0f} s after the phase")
 
 
+def dump_stacks(procs: list[Proc]) -> None:
+    """Ask each process and its children for their threads' stacks (``ops.stacks``: written to
+    their logs), and give them a moment to write them."""
+    try:
+        import psutil
+    except ImportError:  # the bench extra is not installed
+        return
+
+    for proc in procs:
+        try:
+            tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+        for p in tree:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.send_signal(STACKS_SIGNAL)
+        say(f"{proc.name}: its threads' stacks asked for (in {proc.log.name})")
+    time.sleep(1.0)
+
+
 def run(plan: Plan, out_dir: Path, keep: bool) -> int:
     from bench.senders_load import read_statuses
     from harness.local_kafka import LocalCluster
@@ -538,6 +560,8 @@ def run(plan: Plan, out_dir: Path, keep: bool) -> int:
                 failures.append(f"{p['name']}: {p['lost']} lost, {p['repeated_provider_keys']} repeated provider keys")
         finished = True
     finally:
+        if failures or not finished:  # where a stuck service waits: its threads' stacks, in its log
+            dump_stacks([slo.procs[name] for name in ("api", "senders") if name in slo.procs])
         for proc in slo.procs.values():
             proc.terminate(grace_s=30)
         if stub is not None:

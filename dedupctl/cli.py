@@ -12,6 +12,7 @@ from operators import codec
 from operators.errors import DedupError, InvalidRecordError
 from ops import kafka_io
 from ops.priority import yield_cpu
+from ops.stacks import dump_stacks_on_signal
 from settings import Settings, load_settings
 
 logger = logging.getLogger("dedupctl")
@@ -211,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for noisy in ("apache_beam", "py4j"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
+    dump_stacks_on_signal()
     try:
         cfg = load_settings(args.config)
         return int(args.func(cfg, args))

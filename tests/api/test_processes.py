@@ -23,6 +23,7 @@ from harness.ports import free_port
 from operators import codec
 from operators.records import Category
 from ops import kafka_io
+from ops.stacks import STACKS_SIGNAL
 from senders.runtime.pool import open_status_store
 from settings import Settings
 from tests.api.conftest import RunningApi, api_settings
@@ -91,6 +92,9 @@ def test_two_processes_on_one_port_one_runs_campaigns_and_verdicts_and_another_t
     wait_until(lambda: len(serving(supervisor)) == 2, 30, lambda: str(supervisor.children()))
     first = holder(cfg)
     assert first is not None and first.pid in serving(supervisor)
+    # a spawned process writes its threads' stacks on the signal (ops.stacks), and goes on serving
+    os.kill(first.pid, STACKS_SIGNAL)
+    wait_until(lambda: "api/writer.py" in api.log.read_text(errors="replace"), 10, lambda: api.log.read_text()[-3000:])
 
     shop = api.token("shop", rate=1000)
     growth = api.token("growth", categories=(Category.MARKETING,), scopes=(Scope.CAMPAIGNS,), rate=500)
