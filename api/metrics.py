@@ -23,6 +23,7 @@ import asyncio
 import gc
 import os
 import time
+from collections import deque
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
@@ -40,6 +41,7 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 METHODS = frozenset({"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"})
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+GC_PAUSES_KEPT = 10_000
 
 
 def method_label(method: object) -> str:
@@ -93,6 +95,8 @@ class ApiMetrics:
         self.campaign_held = Counter(names.API_CAMPAIGN_HELD_SECONDS, "Seconds campaigns have waited so for the"
                                      " senders", registry=r)
         self._gc_started = 0.0
+        #: (generation, seconds) of collections not yet observed; bounded, should nobody observe them
+        self._gc_pauses: deque[tuple[str, float]] = deque(maxlen=GC_PAUSES_KEPT)
 
     def hold_started(self) -> None:
         """A campaign's hold began (``RunnerContext.on_hold``)."""
@@ -105,6 +109,7 @@ class ApiMetrics:
 
     def render(self) -> bytes:
         """The text exposition: this process's values, or with several processes the sum over them."""
+        self.record_gc_pauses()
         if not self.multiprocess:
             return bytes(generate_latest(self.registry))
         merged = CollectorRegistry()
@@ -114,11 +119,28 @@ class ApiMetrics:
     # -- the garbage collector's pauses ------------------------------------------------------------
 
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        """The collector's callback: it runs in whichever thread's allocation started the
+        collection, which may hold prometheus_client's lock at that moment (creating a labelled
+        child allocates under it; with several processes it is one lock for every value, and not
+        reentrant). Observing here would wait for that lock in the thread holding it: the thread
+        stops for good, and every thread of the process after it at its next metric (seen as an
+        API process that answered nothing more while its lease went on, its campaign stopped
+        without a log line). So the pause is only noted here, and observed from the event loop
+        (``record_gc_pauses``)."""
         if phase == "start":
             self._gc_started = time.perf_counter()
         elif self._gc_started:
-            self.gc_pause.labels(str(info.get("generation", "?"))).observe(time.perf_counter() - self._gc_started)
+            self._gc_pauses.append((str(info.get("generation", "?")), time.perf_counter() - self._gc_started))
             self._gc_started = 0.0
+
+    def record_gc_pauses(self) -> None:
+        """Observe the pauses noted since the last call (from outside any metric's lock)."""
+        while True:
+            try:
+                generation, seconds = self._gc_pauses.popleft()
+            except IndexError:
+                return
+            self.gc_pause.labels(generation).observe(seconds)
 
     def watch_gc(self) -> None:
         if self._on_gc not in gc.callbacks:
@@ -137,3 +159,4 @@ class ApiMetrics:
             due = loop.time() + interval_s
             await asyncio.sleep(interval_s)
             self.loop_lag.observe(max(0.0, loop.time() - due))
+            self.record_gc_pauses()
