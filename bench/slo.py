@@ -488,10 +488,11 @@ def dump_stacks(procs: list[Proc]) -> None:
         import psutil
     except ImportError:  # the bench extra is not installed
         return
+    from bench.api import Processes
 
     for proc in procs:
         try:
-            tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+            tree = Processes(proc.pid).tree()
         except psutil.NoSuchProcess:
             continue
         for p in tree:
