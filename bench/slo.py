@@ -84,6 +84,9 @@ class Plan:
     :param nice: ``flink.nice`` and ``senders.nice``: the job and the senders below the API and
         the broker on the CPU, as one host running them all is deployed (ops/priority.py); 0:
         all at one priority
+    :param cpu_idle: ``flink.cpu_idle`` and ``senders.cpu_idle``: the job and the senders in a
+        CPU-idle control group (ops/cpu_idle.py; needs root here); the result counts the times
+        its guard found the group starved (``idle_guard_reliefs``)
     :param api_nice: ``api.nice``: the API's processes above the other services (its autogroup's
         share of the CPU; needs root, else the API runs at 0 and its log says so); 0: as they
     :param generator_nice: the load generator's (its own session and autogroup). It stands for
@@ -116,6 +119,7 @@ class Plan:
     stub_latency_ms: int = 200
     api_processes: int = 1
     nice: int = 10
+    cpu_idle: bool = False
     api_nice: int = -5
     generator_nice: int = 0
     connections: int = 64
@@ -175,7 +179,8 @@ class Slo:
         plan = self.plan
         origin = f"http://127.0.0.1:{stub.port}"
         flink: dict[str, Any] = {"checkpoint_dir": str(self.work / "checkpoints"), "rest_port": free_port(),
-                                 "transactional_id_prefix": f"slo{self.uid}", "nice": plan.nice}
+                                 "transactional_id_prefix": f"slo{self.uid}", "nice": plan.nice,
+                                 "cpu_idle": plan.cpu_idle}
         if plan.checkpoint_ms is not None:
             flink["checkpoint_interval_ms"] = plan.checkpoint_ms
         cfg = Settings(data_dir=str(self.work)).with_overrides(
@@ -184,7 +189,8 @@ class Slo:
             senders={"status_store": store_location, "push_primary": f"{origin}/push",
                      "sms_primary": f"{origin}/sms", "push_rate_per_sec": 1e6, "sms_rate_per_sec": 1e6,
                      "rate_burst": 100_000, "contact_encryption_keys": generate_key(),
-                     "contact_lookup_keys": generate_key(), "metrics_log_interval_s": 0, "nice": plan.nice},
+                     "contact_lookup_keys": generate_key(), "metrics_log_interval_s": 0, "nice": plan.nice,
+                     "cpu_idle": plan.cpu_idle},
             api={"port": free_port(), "default_rate_per_sec": 1e6, "processes": plan.api_processes,
                  "nice": plan.api_nice},
         )
@@ -481,6 +487,13 @@ def figures(slo: Slo, phases: list[dict[str, Any]], arrivals: dict[str, dict[str
             p["notes"].append(f"not every message at the stubs {p['settle_s']:.0f} s after the phase")
 
 
+def guard_reliefs(log: Path) -> int:
+    """How often a service's CPU-idle guard found its group starved (ops/cpu_idle.py), from its log."""
+    from ops.cpu_idle import STARVED
+
+    return log.read_text(encoding="utf-8", errors="replace").count(STARVED) if log.exists() else 0
+
+
 def dump_stacks(procs: list[Proc]) -> None:
     """Ask each process and its children for their threads' stacks (``ops.stacks``: written to
     their logs), and give them a moment to write them."""
@@ -517,6 +530,7 @@ def run(plan: Plan, out_dir: Path, keep: bool) -> int:
     phases: list[dict[str, Any]] = []
     warm_up: list[dict[str, Any]] = []
     failures: list[str] = []
+    reliefs: dict[str, int] = {}
     finished = False
     try:
         say(f"starting {plan.brokers} broker(s) and the provider stub ({plan.stub_latency_ms} ms), work in {work}")
@@ -559,6 +573,7 @@ def run(plan: Plan, out_dir: Path, keep: bool) -> int:
         for p in phases:
             if p["lost"] or p["repeated_provider_keys"]:
                 failures.append(f"{p['name']}: {p['lost']} lost, {p['repeated_provider_keys']} repeated provider keys")
+        reliefs = {name: guard_reliefs(slo.procs[name].log) for name in ("job", "senders")}
         finished = True
     finally:
         if failures or not finished:  # where a stuck service waits: its threads' stacks, in its log
@@ -582,7 +597,8 @@ def run(plan: Plan, out_dir: Path, keep: bool) -> int:
         "machine": {**machine, "loadavg_at_end": os.getloadavg()}, "git": git,
         "config": {**asdict(plan), "checkpoint_interval_ms": services.cfg.flink.checkpoint_interval_ms,
                    "senders_max_in_flight": services.cfg.senders.max_in_flight,
-                   "senders_commit_interval_ms": services.cfg.senders.commit_interval_ms},
+                   "senders_commit_interval_ms": services.cfg.senders.commit_interval_ms,
+                   "idle_guard_reliefs": reliefs},
         "imports": slo.imports, "warm_up": warm_up, "phases": phases, "failures": failures,
     }
     stem = "slo-" + started.date().isoformat() + (f"-{plan.label}" if plan.label else "")
@@ -620,6 +636,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--api-processes", type=int, help="dedupctl api run --processes (1)")
     parser.add_argument("--nice", type=int, choices=range(20), metavar="0-19",
                         help="the job's and the senders' CPU nice (flink.nice, senders.nice; 10; 0: as the API's)")
+    parser.add_argument("--cpu-idle", action=argparse.BooleanOptionalAction, default=None,
+                        help="the job and the senders in a CPU-idle cgroup (flink.cpu_idle, senders.cpu_idle; off)")
     parser.add_argument("--api-nice", type=int, choices=range(-20, 1), metavar="-20-0",
                         help="the API's CPU nice (api.nice; -5, which needs root; 0: as the other services)")
     parser.add_argument("--generator-nice", type=int, choices=range(-20, 1), metavar="-20-0",
@@ -636,8 +654,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.accept_rates:
         changes["accept_rates"] = tuple(float(r) for r in args.accept_rates.split(",") if r)
     for name in ("warmup_s", "warmup_rate", "warmup_rounds", "accept_s", "users", "campaign_rate", "flood_s",
-                 "code_rate", "order_rate", "settle_bound_s",
-                 "brokers", "checkpoint_ms", "stub_latency_ms", "api_processes", "nice", "api_nice", "generator_nice",
+                 "code_rate", "order_rate", "settle_bound_s", "brokers", "checkpoint_ms", "stub_latency_ms",
+                 "api_processes", "nice", "cpu_idle", "api_nice", "generator_nice",
                  "connections", "store", "label"):
         if getattr(args, name) is not None:
             changes[name] = getattr(args, name)

@@ -160,6 +160,13 @@ def _load(p: Mapping[str, Any]) -> str:
     return f"{a:.1f} -> {b:.1f}"
 
 
+def _idle(config: Mapping[str, Any]) -> str:
+    if not config.get("cpu_idle"):
+        return ""
+    reliefs = config.get("idle_guard_reliefs", {})
+    return f" in a CPU-idle cgroup (its guard relieved it {sum(reliefs.values())} times)"
+
+
 def markdown(result: Mapping[str, Any]) -> str:
     m = result["machine"]
     lines = [
@@ -168,7 +175,8 @@ def markdown(result: Mapping[str, Any]) -> str:
         f"commit {result['git']['commit'][:12]} ({result['git']['dirty_paths']} changed paths), {m['nproc']} CPUs,"
         f" brokers {result['config']['brokers']}, checkpoint interval {result['config']['checkpoint_interval_ms']} ms,"
         f" provider stubs {result['config']['stub_latency_ms']} ms, {result['config']['users']:,} campaign users,"
-        f" job and senders at nice {result['config'].get('nice', 0)},"
+        f" job and senders at nice {result['config'].get('nice', 0)}"
+        f"{_idle(result['config'])},"
         f" API at nice {result['config'].get('api_nice', 0)},"
         f" load generator at nice {result['config'].get('generator_nice', 0)};"
         f" `{result['command']}`",

@@ -11,6 +11,7 @@ from pathlib import Path
 from operators import codec
 from operators.errors import DedupError, InvalidRecordError
 from ops import kafka_io
+from ops.cpu_idle import run_cpu_idle
 from ops.priority import yield_cpu
 from ops.stacks import dump_stacks_on_signal
 from settings import Settings, load_settings
@@ -41,6 +42,8 @@ def cmd_run(cfg: Settings, args: argparse.Namespace) -> int:
     cfg = cfg.with_overrides(flink=overrides)
     if cfg.flink.nice:  # before the mini-cluster's JVM starts: it and its Python workers inherit it
         logger.info("the job's mini-cluster: %s", yield_cpu(cfg.flink.nice))
+    if cfg.flink.cpu_idle:
+        logger.info("the job's mini-cluster: %s", run_cpu_idle())
     logger.info(
         "running the dedup job, parallelism %d, checkpoints in %s, REST on 127.0.0.1:%d",
         cfg.flink.parallelism, cfg.flink.checkpoint_uri(), cfg.flink.rest_port,

@@ -16,6 +16,7 @@ from typing import Any
 from operators.errors import ConfigError
 from operators.records import Channel
 from ops import collector
+from ops.cpu_idle import run_cpu_idle
 from ops.priority import yield_cpu
 from ops.status_view import fmt_time
 from senders.errors import InstanceInUseError
@@ -44,6 +45,8 @@ def cmd_senders_run(cfg: Settings, args: argparse.Namespace) -> int:
     channels, lanes = _selection(args)
     if cfg.senders.nice:
         logger.info("sender workers: %s", yield_cpu(cfg.senders.nice))
+    if cfg.senders.cpu_idle:
+        logger.info("sender workers: %s", run_cpu_idle())
     if not args.no_create_topics:
         created = ensure_topics(cfg, channels, lanes)
         logger.info(

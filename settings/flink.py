@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field
 
 from operators.errors import ConfigError
-from settings.base import Section
+from settings.base import Flag, Section
 
 
 def _as_uri(directory: str) -> str:
@@ -40,6 +40,10 @@ class FlinkSettings(Section):
     :param nice: ``dedupctl run`` runs the local mini-cluster at this CPU nice (0-19; 0: as
         started): below the API and the broker when they share a host (ops/priority.py); a
         cluster's TaskManagers are the cluster's to place
+    :param cpu_idle: ``dedupctl run`` runs the local mini-cluster in a CPU-idle control group,
+        the senders' too (``senders.cpu_idle``): the scheduler gives it only the CPU the API and
+        the broker leave, with a guard against its starvation (ops/cpu_idle.py; needs write
+        access to the cgroup hierarchy, else a warning); on systemd, ``CPUWeight=idle`` instead
     :param bundle_size: PyFlink python.fn-execution.bundle.size
     :param bundle_time_ms: PyFlink python.fn-execution.bundle.time
     """
@@ -57,6 +61,7 @@ class FlinkSettings(Section):
     restart_delay_ms: int = 2_000
     rest_port: int = 8081
     nice: int = Field(default=0, ge=0, le=19)
+    cpu_idle: Flag = False
     bundle_size: int = 1000
     bundle_time_ms: int = 100
 

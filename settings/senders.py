@@ -119,6 +119,8 @@ class SendersSettings(Section):
     :param rate_burst: token-bucket size of each provider
     :param nice: ``senders run`` runs at this CPU nice (0-19; 0: as started): below the API and
         the broker when they share a host (ops/priority.py says why and what it buys)
+    :param cpu_idle: ``senders run`` runs in the job's CPU-idle control group (``flink.cpu_idle``,
+        ops/cpu_idle.py), below the API and the broker
     :param metrics_port: ``senders run`` serves its Prometheus metrics on 127.0.0.1:PORT/metrics
         (0: not served; ``--metrics-port`` overrides it); ``dedupctl slo`` reads them there
     :param provider_prices: a message's price per provider, ``label=PRICE;label=PRICE`` (the
@@ -226,6 +228,7 @@ class SendersSettings(Section):
     rate_burst: int = 20
     metrics_port: int = Field(default=0, ge=0, le=65_535)
     nice: int = Field(default=0, ge=0, le=19)
+    cpu_idle: Flag = False
     provider_prices: str = ""
     http_timeout_ms: int = 5_000
     http_token: OptionalSecret = None

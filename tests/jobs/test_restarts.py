@@ -20,6 +20,7 @@ from operators.records import Channel, NotificationRequest
 from ops import kafka_io
 from ops.flink_rest import RestClient
 from tests.jobs.helpers import produce, read_outputs, wait_for_total
+from tests.ops.helpers import cpu_group_of, idle_group_path, writable_cpu_hierarchy
 
 pytestmark = pytest.mark.integration
 
@@ -47,12 +48,28 @@ def config_file(cfg, path: Path) -> Path:
     return path
 
 
-def start_run(config: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
+def start_run(config: Path, log: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     with open(log, "ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "dedupctl.cli", "--config", str(config), "run", *extra],
-            stdout=out, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
+            stdout=out, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True, env={**os.environ, **(env or {})},
         )
+
+
+def cpu_groups(pid: int) -> set[str]:
+    """The cpu controller's group of ``pid`` and of every process below it (one gone meanwhile
+    is left out)."""
+    pids, groups = [pid], set()
+    while pids:
+        current = pids.pop()
+        group = cpu_group_of(current)
+        if group is not None:
+            groups.add(group)
+        try:
+            pids += [int(c) for c in Path(f"/proc/{current}/task/{current}/children").read_text().split()]
+        except OSError:
+            continue
+    return groups
 
 
 def wait_running(rest: RestClient, timeout_s: float = 120) -> str:
@@ -100,10 +117,15 @@ def test_run_after_a_kill_resumes_its_state_and_a_second_run_refuses(
     finally:
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
-    # plain `run` again, as a user would: it resumes, so the repeat is a duplicate
-    again = start_run(config, tmp_path / "run2.log")
+    # plain `run` again, as a user would: it resumes, so the repeat is a duplicate; where this host
+    # allows, in the CPU-idle group (flink.cpu_idle), which the mini-cluster's JVM inherits
+    hierarchy = writable_cpu_hierarchy()
+    again = start_run(config, tmp_path / "run2.log", env={"DEDUP_FLINK_CPU_IDLE": "true"} if hierarchy else None)
     try:
         wait_running(rest)
+        if hierarchy is not None:
+            groups = cpu_groups(again.pid)  # the run, its JVM and what the JVM started
+            assert groups == {idle_group_path(hierarchy)}, (groups, (tmp_path / "run2.log").read_text()[-3000:])
         repeat = req("a-again", BASE + 1_000, user="u-1")
         produce(kafka_bootstrap, topics.requests, [(b"u-1", codec.encode_request(repeat), 0)])
         wait_for_total(kafka_bootstrap, topics, 2)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from operators.contract import Topics
+from ops.cpu_idle import IDLE_GROUP, MOUNTINFO, CpuHierarchy, current_hierarchy, find_hierarchy
 from settings import Settings
 
 
@@ -25,3 +27,27 @@ def write_config(cfg: Settings, path: Path, *, status_topic: str | None = None) 
         lines += ["[senders]", f"status_topic = {json.dumps(status_topic)}"]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def writable_cpu_hierarchy() -> CpuHierarchy | None:
+    """This process's place in the cpu controller's cgroup hierarchy when it may make groups
+    there (root on this machine), else None: what the CPU-idle tests need."""
+    found = current_hierarchy()
+    if found is None or not os.access(found.own_dir(), os.W_OK) or not (found.own_dir() / "cpu.stat").exists():
+        return None
+    return found
+
+
+def cpu_group_of(pid: int) -> str | None:
+    """The cpu controller's group of process ``pid``, relative to its hierarchy (``""``: the
+    root); None when it is gone."""
+    try:
+        found = find_hierarchy(MOUNTINFO.read_text(), Path(f"/proc/{pid}/cgroup").read_text())
+    except OSError:
+        return None
+    return None if found is None else found.own
+
+
+def idle_group_path(hierarchy: CpuHierarchy) -> str:
+    """Where ``ops.cpu_idle.join_idle_group`` puts a process, as ``cpu_group_of`` says it."""
+    return "/".join(filter(None, (hierarchy.own, IDLE_GROUP)))

@@ -2,7 +2,8 @@
 the outbox under the data directory, says so once per channel (and where), and records each
 message as sent with the outbox's id as the provider's reference (until issue 23 it exited with
 "no provider for push"). It runs as a service would, in a session of its own, with
-``senders.nice`` set: its workers run below the other services on the CPU (ops/priority.py)."""
+``senders.nice`` set: its workers run below the other services on the CPU (ops/priority.py), and
+in the CPU-idle group where the host allows it (``senders.cpu_idle``, ops/cpu_idle.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from operators.records import Channel
 from senders.runtime.pool import open_status_store
 from senders.statuses import DeliveryStatus
 from settings import REPO_ROOT
+from tests.ops.helpers import cpu_group_of, idle_group_path, writable_cpu_hierarchy
 from tests.senders.conftest import SettingsFactory, address_of, channel_message, produce_messages, wait_until
 from tests.senders.processes import sender_env
 
@@ -36,6 +38,9 @@ def test_senders_run_without_a_provider_writes_each_message_to_the_outbox_and_re
     env["DEDUP_DATA_DIR"] = str(data)
     env["DEDUP_TOPICS_SMS"], env["DEDUP_TOPICS_SMS_PRIORITY"] = cfg.topics.sms, cfg.topics.sms_priority
     env["DEDUP_SENDERS_NICE"] = "5"
+    hierarchy = writable_cpu_hierarchy()  # and, where this host allows, in the CPU-idle group
+    if hierarchy is not None:
+        env["DEDUP_SENDERS_CPU_IDLE"] = "true"
     log = tmp_path / "senders.log"
     produce_messages(kafka_bootstrap, cfg.topics.sms, [channel_message(n) for n in range(3)])
     with log.open("ab") as out:
@@ -54,6 +59,8 @@ def test_senders_run_without_a_provider_writes_each_message_to_the_outbox_and_re
         assert proc.poll() is None, log.read_text()[-3000:]
         rows = {n: store.get(f"k{n}:sms") for n in range(3)}
         assert os.getpriority(os.PRIO_PROCESS, proc.pid) == max(5, nice_before)
+        if hierarchy is not None:
+            assert cpu_group_of(proc.pid) == idle_group_path(hierarchy)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
