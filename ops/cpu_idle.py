@@ -162,6 +162,21 @@ def usage(before: Times, after: Times, seconds: float) -> tuple[float, float]:
     return ran / scale, waited / scale
 
 
+@dataclass(frozen=True)
+class GuardWindow:
+    """What the guard read in one window, for a metric.
+
+    :param cores: cores the group ran
+    :param waiting: thread-seconds a second its threads waited on a run queue
+    :param idle: whether the group is idle after the window
+    :param relieved: whether the window began a relief"""
+
+    cores: float
+    waiting: float
+    idle: bool
+    relieved: bool
+
+
 class GuardPolicy:
     """Whether the group should be idle, from what it ran and waited in each window."""
 
@@ -194,11 +209,13 @@ class IdleGuard(threading.Thread):
     the guard reads what the group's threads ran and waited, not its own lateness."""
 
     def __init__(self, group: Path, options: GuardOptions = GuardOptions(),
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 observer: Callable[[GuardWindow], None] | None = None) -> None:
         super().__init__(name="cpu-idle-guard", daemon=True)
         self.group = group
         self.policy = GuardPolicy(options)
         self.clock = clock
+        self.observer = observer
         self.stopping = threading.Event()
         self.least_cores: float | None = None
 
@@ -210,6 +227,7 @@ class IdleGuard(threading.Thread):
             cores, waiting = usage(before, after, now - then)
             before, then = after, now
             self.least_cores = cores if self.least_cores is None else min(self.least_cores, cores)
+            reliefs = self.policy.reliefs
             if not self.policy.idle_after(now, cores, waiting):
                 # a relief wins over another process's guard setting the group idle again
                 if self._read() != "0" and self._write("0") and idle:
@@ -220,6 +238,8 @@ class IdleGuard(threading.Thread):
             elif not idle and self._write("1"):
                 idle = True
                 logger.info("the CPU-idle group is idle again")
+            if self.observer is not None:
+                self.observer(GuardWindow(cores, waiting, idle, self.policy.reliefs > reliefs))
 
     def times(self) -> Times:
         """Each of the group's threads' scheduler times (v1 lists them in ``tasks``, v2 in
@@ -258,11 +278,14 @@ class IdleGuard(threading.Thread):
         self.stopping.set()
 
 
-def run_cpu_idle(name: str = IDLE_GROUP, options: GuardOptions = GuardOptions()) -> str:
-    """Join the idle group and start its guard; says what was done, for the log. Never raises."""
+def run_cpu_idle(name: str = IDLE_GROUP, options: GuardOptions = GuardOptions(),
+                 observer: Callable[[GuardWindow], None] | None = None) -> str:
+    """Join the idle group (every thread of the process, and what it starts from now on) and
+    start its guard, which hands each window to ``observer``; says what was done, for the log.
+    Never raises."""
     group = join_idle_group(name)
     if group is None:
         return "not in a CPU-idle group (see the warning above)"
-    IdleGuard(group, options).start()
+    IdleGuard(group, options, observer=observer).start()
     return (f"in the CPU-idle group {group}, its guard clearing cpu.idle when the group ran under"
             f" {options.min_cores:g} cores for {options.starved_s:g} s with threads waiting")

@@ -123,7 +123,8 @@ from ops.cpu_idle import GuardOptions, IdleGuard, join_idle_group
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 group = join_idle_group(sys.argv[1])
 inherited = subprocess.run(["cat", "/proc/self/cgroup"], capture_output=True, text=True).stdout
-guard = IdleGuard(group, GuardOptions(window_s=0.5, starved_s=1.5, relief_s=60.0))
+windows = []
+guard = IdleGuard(group, GuardOptions(window_s=0.5, starved_s=1.5, relief_s=60.0), observer=windows.append)
 guard.start()
 stop = time.monotonic() + 12
 def spin():
@@ -142,7 +143,8 @@ idle = open(f"{group}/cpu.idle").read().strip()
 for h in hogs:
     h.kill()
 print(json.dumps({"group": str(group), "own": open("/proc/self/cgroup").read(), "child": inherited,
-                  "reliefs": guard.policy.reliefs, "least_cores": guard.least_cores, "idle": idle}))
+                  "reliefs": guard.policy.reliefs, "least_cores": guard.least_cores, "idle": idle,
+                  "windows": [[w.idle, w.relieved] for w in windows]}))
 """
 
 
@@ -161,6 +163,8 @@ def test_a_starved_group_is_relieved_by_its_guard() -> None:
         assert any(line.endswith(":" + path) for line in got["own"].splitlines()), got["own"]
         assert any(line.endswith(":" + path) for line in got["child"].splitlines()), got["child"]  # inherited
         assert got["reliefs"] == 1 and got["idle"] == "0", done.stderr[-2000:]
+        *before, last = got["windows"]  # what a metric is told: idle until the window that relieved it
+        assert before and all(w == [True, False] for w in before) and last == [False, True], got["windows"]
         assert got["least_cores"] < 0.05  # what the guard measured: the spinning thread all but stopped
         assert STARVED in done.stderr
     finally:

@@ -12,10 +12,12 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
 
+from harness.ports import free_port
 from operators.records import Channel
 from senders.runtime.pool import open_status_store
 from senders.statuses import DeliveryStatus
@@ -25,6 +27,11 @@ from tests.senders.conftest import SettingsFactory, address_of, channel_message,
 from tests.senders.processes import sender_env
 
 pytestmark = pytest.mark.integration
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        return str(answer.read().decode("utf-8"))
 
 
 def test_senders_run_without_a_provider_writes_each_message_to_the_outbox_and_records_it_sent(
@@ -41,6 +48,7 @@ def test_senders_run_without_a_provider_writes_each_message_to_the_outbox_and_re
     hierarchy = writable_cpu_hierarchy()  # and, where this host allows, in the CPU-idle group
     if hierarchy is not None:
         env["DEDUP_SENDERS_CPU_IDLE"] = "true"
+        env["DEDUP_SENDERS_METRICS_PORT"] = str(metrics_port := free_port())
     log = tmp_path / "senders.log"
     produce_messages(kafka_bootstrap, cfg.topics.sms, [channel_message(n) for n in range(3)])
     with log.open("ab") as out:
@@ -61,6 +69,9 @@ def test_senders_run_without_a_provider_writes_each_message_to_the_outbox_and_re
         assert os.getpriority(os.PRIO_PROCESS, proc.pid) == max(5, nice_before)
         if hierarchy is not None:
             assert cpu_group_of(proc.pid) == idle_group_path(hierarchy)
+            wait_until(lambda: "sender_cpu_idle_group_idle" in scrape(metrics_port), 30, lambda: "no guard metric")
+            text = scrape(metrics_port)  # the guard's windows: the group idle, never relieved here
+            assert "sender_cpu_idle_group_idle 1" in text and "sender_cpu_idle_group_reliefs_total 0" in text
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
