@@ -9,6 +9,10 @@ turn to end. systemd's ``CPUWeight=idle`` sets the same on a unit; ``flink.cpu_i
 on a host without such a unit. Both join one group, ``IDLE_GROUP``, below the process's own
 group in the ``cpu`` hierarchy, created if missing. It needs write access to that hierarchy
 (root, or a delegated subtree); refused, the service runs on where it was and its log says why.
+``cpu.idle`` ranks a group against its siblings only, so this yields to the API and the broker
+when they run in the same group as the process (the root on a host where nothing else sorts
+services into groups, as here); where each service has a group of its own (systemd with CPU
+accounting), the unit's ``CPUWeight=idle`` is the way.
 
 An idle group gets the CPU nobody else wants, and on a host whose API and broker want all of it,
 next to none: its checkpoints, transactions and Kafka sessions would time out. ``IdleGuard`` is

@@ -20,6 +20,9 @@ against 105 and 134 ms at 0 (``python -m bench.slo --api-nice``, bench/results/s
 later runs at -5 gave 111-225 ms (s39-*, README): with the machine that full, the spread between
 runs is wider than the difference, so what -5 buys there is not measured yet.
 
+A nice only lowers a service inside the scheduler's fair share; ``ops.cpu_idle`` takes the job
+and the senders out of it (a CPU-idle control group, with a guard against starvation).
+
 Linux's autogroups (``kernel.sched_autogroup_enabled``) share the CPU between sessions first and
 only then between the processes of one session by their nice values, so a process that leads its
 session (a service started by systemd, or with ``setsid``) sets its autogroup's nice too; one
