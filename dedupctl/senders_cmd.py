@@ -17,13 +17,13 @@ from typing import Any
 from operators.errors import ConfigError
 from operators.records import Channel
 from ops import collector
-from ops.cpu_idle import GuardWindow, run_cpu_idle
+from ops.cpu_idle import run_cpu_idle
 from ops.priority import yield_cpu
 from ops.status_view import fmt_time
 from senders.errors import InstanceInUseError
 from senders.providers import OutboxProvider
 from senders.runtime.dispatch import Dispatcher
-from senders.runtime.metrics import Metrics
+from senders.runtime.host import record_cpu_idle
 from senders.runtime.pool import build_pool, ensure_topics, open_profile_store, open_status_store
 from senders.statuses import DeadLetterReason, DeliveryStatus, Lane
 from senders.store.status import StatusRow
@@ -56,7 +56,7 @@ def cmd_senders_run(cfg: Settings, args: argparse.Namespace) -> int:
         )
     pool = build_pool(cfg, channels=channels, lanes=lanes, workers_per_lane=args.workers)
     if cfg.senders.cpu_idle:  # every thread of the process moves, the clients' already started too
-        logger.info("sender workers: %s", run_cpu_idle(observer=partial(_record_cpu_idle, pool.metrics)))
+        logger.info("sender workers: %s", run_cpu_idle(observer=partial(record_cpu_idle, pool.metrics)))
     _log_providers(pool.dispatchers)
     stop = pool.stop_event
     server = None
@@ -107,14 +107,6 @@ def cmd_senders_run(cfg: Settings, args: argparse.Namespace) -> int:
     if pool.errors:
         logger.info("%d worker failure(s) were ridden out (restarted)", len(pool.errors))
     return 0
-
-
-def _record_cpu_idle(metrics: Metrics, window: GuardWindow) -> None:
-    """The CPU-idle group's guard's last window (ops/cpu_idle.py), as the senders' metrics."""
-    metrics.set("sender_cpu_idle_group_cores", window.cores)
-    metrics.set("sender_cpu_idle_group_waiting_threads", window.waiting)
-    metrics.set("sender_cpu_idle_group_idle", 1.0 if window.idle else 0.0)
-    metrics.inc("sender_cpu_idle_group_reliefs_total", 1.0 if window.relieved else 0.0)
 
 
 def _log_providers(dispatchers: Mapping[Channel, Dispatcher]) -> None:

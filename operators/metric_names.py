@@ -125,7 +125,7 @@ SENDER_METRICS = (
     "sender_rule_outcomes_total", "sender_store_pruned_total", "sender_store_transactions_total",
     "sender_calls_in_flight", "sender_loop_lag_seconds", SENDER_DELIVERIES, SENDER_ACCEPT_TO_PROVIDER, SENDER_COST,
     "provider_auth_failures_total",
-    # with senders.cpu_idle (dedupctl/senders_cmd.py)
+    # with senders.cpu_idle (senders/runtime/host.py)
     "sender_cpu_idle_group_cores", "sender_cpu_idle_group_waiting_threads", "sender_cpu_idle_group_idle",
     "sender_cpu_idle_group_reliefs_total",
 )

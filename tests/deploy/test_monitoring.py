@@ -198,15 +198,14 @@ SENDER_NAME = re.compile(r"\bsender_[a-z_]+")
 
 
 def test_sender_rules_name_metrics_the_senders_export():
-    from dedupctl import senders_cmd
-    from senders.runtime import dispatch
+    from senders.runtime import dispatch, host
 
     groups = {g["name"]: g["rules"] for g in _yaml(PROMETHEUS / "alerts.yml")["groups"]}
     exprs = [r["expr"] for r in groups["notify-senders"]]
     names = {n for e in exprs for n in SENDER_NAME.findall(e)}
     assert names == {"sender_provider_rejecting", "sender_cpu_idle_group_reliefs_total"}
     assert names <= set(SENDER_METRICS)
-    exported = "".join(Path(m.__file__).read_text(encoding="utf-8") for m in (dispatch, senders_cmd))
+    exported = "".join(Path(m.__file__).read_text(encoding="utf-8") for m in (dispatch, host))
     assert all(f'"{n}"' in exported for n in names), names
 
 

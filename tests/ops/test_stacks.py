@@ -3,6 +3,7 @@ and the process goes on (``ops.stacks``)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -50,4 +51,5 @@ def test_the_signal_writes_each_thread_s_stack_and_the_process_goes_on() -> None
         proc.wait(timeout=10)
     assert stacks.count("(most recent call first):") == 2, stacks  # the worker and the main thread
     assert "in parked_in_a_campaign" in stacks  # the waiting thread, where it waits
-    assert 'File "<string>", line 13 in <module>' in stacks  # the main thread, at its readline
+    # the main thread, at its readline, or still returning from the print before it when the signal came
+    assert re.search(r'File "<string>", line 1[23] in <module>', stacks), stacks
