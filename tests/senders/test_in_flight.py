@@ -175,8 +175,10 @@ def test_the_rate_limit_paces_the_starts_of_concurrent_calls(
     assert len(calls) == n
     for i in range(len(calls)):
         for j in range(i, min(len(calls), i + 150)):
-            # the stub measures arrivals: up to 20 ms of network and scheduling on top of the bucket
-            assert j - i + 1 <= burst + rate * (calls[j] - calls[i] + 0.02) + 1, (i, j, calls[j] - calls[i])
+            # the stub stamps a call when its server thread reads it: up to 50 ms of network and
+            # scheduling on top of the bucket (in a full make test on 2 cores, 14 calls stamped
+            # within 6 ms once, the 20 ms allowed before being too few)
+            assert j - i + 1 <= burst + rate * (calls[j] - calls[i] + 0.05) + 1, (i, j, calls[j] - calls[i])
     assert slow_provider.peak_rate(1.0) <= burst + rate + 1  # the stub's calls per second
     assert slow_provider.peak_in_flight >= 15  # 100/s x 200 ms: about 20 open at once
 
