@@ -39,7 +39,6 @@ IDLE_GROUP = "notify-batch"
 #: how the guard's log says it cleared ``cpu.idle`` (``bench.slo`` counts the lines)
 STARVED = "the CPU-idle group was starved"
 MOUNTINFO = Path("/proc/self/mountinfo")
-PROC_CGROUP = Path("/proc/self/cgroup")
 
 
 @dataclass(frozen=True)
@@ -55,7 +54,7 @@ class CpuHierarchy:
     version: int
 
     def group(self, name: str) -> Path:
-        return self.mount / self.own / name if self.own else self.mount / name
+        return self.own_dir() / name
 
     def own_dir(self) -> Path:
         return self.mount / self.own if self.own else self.mount
@@ -96,10 +95,11 @@ def _relative(path: str, root: str) -> str:
     return path.strip("/")
 
 
-def current_hierarchy() -> CpuHierarchy | None:
-    """This process's place in the ``cpu`` controller's hierarchy; None where it has none."""
+def current_hierarchy(pid: int | str = "self") -> CpuHierarchy | None:
+    """A process's place (this one's by default) in the ``cpu`` controller's hierarchy; None
+    where it has none, or is gone."""
     try:
-        return find_hierarchy(MOUNTINFO.read_text(), PROC_CGROUP.read_text())
+        return find_hierarchy(MOUNTINFO.read_text(), Path(f"/proc/{pid}/cgroup").read_text())
     except OSError:
         return None
 
@@ -213,24 +213,20 @@ class IdleGuard(threading.Thread):
     the guard reads what the group's threads ran and waited, not its own lateness."""
 
     def __init__(self, group: Path, options: GuardOptions = GuardOptions(),
-                 clock: Callable[[], float] = time.monotonic,
                  observer: Callable[[GuardWindow], None] | None = None) -> None:
         super().__init__(name="cpu-idle-guard", daemon=True)
         self.group = group
         self.policy = GuardPolicy(options)
-        self.clock = clock
         self.observer = observer
         self.stopping = threading.Event()
-        self.least_cores: float | None = None
 
     def run(self) -> None:
         idle = True
-        before, then = self.times(), self.clock()
+        before, then = self.times(), time.monotonic()
         while not self.stopping.wait(self.policy.options.window_s):
-            after, now = self.times(), self.clock()
+            after, now = self.times(), time.monotonic()
             cores, waiting = usage(before, after, now - then)
             before, then = after, now
-            self.least_cores = cores if self.least_cores is None else min(self.least_cores, cores)
             reliefs = self.policy.reliefs
             if not self.policy.idle_after(now, cores, waiting):
                 # a relief wins over another process's guard setting the group idle again

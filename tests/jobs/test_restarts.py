@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.api import Processes
 from jobs.runner import run_job
 from operators import codec
 from operators.errors import ConfigError
@@ -59,17 +60,8 @@ def start_run(config: Path, log: Path, *extra: str, env: dict[str, str] | None =
 def cpu_groups(pid: int) -> set[str]:
     """The cpu controller's group of ``pid`` and of every process below it (one gone meanwhile
     is left out)."""
-    pids, groups = [pid], set()
-    while pids:
-        current = pids.pop()
-        group = cpu_group_of(current)
-        if group is not None:
-            groups.add(group)
-        try:
-            pids += [int(c) for c in Path(f"/proc/{current}/task/{current}/children").read_text().split()]
-        except OSError:
-            continue
-    return groups
+    groups = {cpu_group_of(p.pid) for p in Processes(pid).tree()}
+    return {g for g in groups if g is not None}
 
 
 def wait_running(rest: RestClient, timeout_s: float = 120) -> str:

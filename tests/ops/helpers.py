@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from operators.contract import Topics
-from ops.cpu_idle import IDLE_GROUP, MOUNTINFO, CpuHierarchy, current_hierarchy, find_hierarchy
+from ops.cpu_idle import IDLE_GROUP, CpuHierarchy, current_hierarchy
 from settings import Settings
 
 
@@ -41,13 +41,10 @@ def writable_cpu_hierarchy() -> CpuHierarchy | None:
 def cpu_group_of(pid: int) -> str | None:
     """The cpu controller's group of process ``pid``, relative to its hierarchy (``""``: the
     root); None when it is gone."""
-    try:
-        found = find_hierarchy(MOUNTINFO.read_text(), Path(f"/proc/{pid}/cgroup").read_text())
-    except OSError:
-        return None
+    found = current_hierarchy(pid)
     return None if found is None else found.own
 
 
 def idle_group_path(hierarchy: CpuHierarchy) -> str:
     """Where ``ops.cpu_idle.join_idle_group`` puts a process, as ``cpu_group_of`` says it."""
-    return "/".join(filter(None, (hierarchy.own, IDLE_GROUP)))
+    return str(hierarchy.group(IDLE_GROUP).relative_to(hierarchy.mount))

@@ -143,7 +143,7 @@ idle = open(f"{group}/cpu.idle").read().strip()
 for h in hogs:
     h.kill()
 print(json.dumps({"group": str(group), "own": open("/proc/self/cgroup").read(), "child": inherited,
-                  "reliefs": guard.policy.reliefs, "least_cores": guard.least_cores, "idle": idle,
+                  "reliefs": guard.policy.reliefs, "least_cores": min(w.cores for w in windows), "idle": idle,
                   "windows": [[w.idle, w.relieved] for w in windows]}))
 """
 
