@@ -49,6 +49,11 @@ def test_a_namespaced_mount_s_root_is_taken_off_the_process_s_path() -> None:
     assert got == CpuHierarchy(Path("/sys/fs/cgroup"), "app", 2)
 
 
+def test_lines_that_are_not_mounts_or_groups_are_passed_over() -> None:
+    mounts = "garbage\n - \n1 2 3 - cgroup\n1 2 3 4 - cgroup2\n" + V2_MOUNTS + "\x00\xff - ?\n"
+    assert find_hierarchy(mounts, "nonsense\n::\n0::/svc\n") == CpuHierarchy(Path("/sys/fs/cgroup"), "svc", 2)
+
+
 def test_no_hierarchy_with_the_cpu_controller_is_none() -> None:
     assert find_hierarchy("30 25 0:27 / /sys/fs/cgroup/cpuset rw - cgroup cgroup rw,cpuset\n", "4:cpuset:/\n") is None
     assert find_hierarchy("", "") is None
