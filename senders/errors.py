@@ -9,6 +9,10 @@ class SenderError(DedupError):
     """Base of the senders' errors."""
 
 
+class TransactionStuckError(SenderError):
+    """A worker's Kafka transaction outlived every timeout it was given; the worker starts over."""
+
+
 class InvalidTransitionError(SenderError):
     """A status change the state machine does not allow (a bug, or a corrupted store)."""
 

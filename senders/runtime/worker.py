@@ -21,20 +21,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from senders.errors import SenderError, StoreUnavailableError
+from senders.errors import SenderError, StoreUnavailableError, TransactionStuckError
 from senders.policy.leases import RECORD_MARGIN_MS
 from senders.policy.transitions import AttemptResult
 from senders.records import Delivery
 from senders.runtime.handler import DeliveryHandler, Handled, SendJob
 from senders.runtime.ledger import TP, CommitPlan, Entry, Ledger, Stage
 from senders.runtime.metrics import Metrics
-from senders.runtime.threads import name_os_thread
+from senders.runtime.threads import DaemonThreadExecutor, name_os_thread
 from senders.statuses import AttemptOutcome, Lane
 from senders.store.batches import release_many
 
@@ -158,7 +158,7 @@ class SenderWorker:
         self._labels = {"channel": handler.channel.value, "lane": handler.lane.value}
         self._next_lag = 0.0
         self._run: _Run | None = None
-        self._threads: dict[str, ThreadPoolExecutor] = {}
+        self._threads: dict[str, Executor] = {}
         #: makes the transactional producer (a test replaces it to inject broker errors)
         self.producer_factory: Callable[[dict[str, str]], Producer] = Producer
 
@@ -181,8 +181,10 @@ class SenderWorker:
             name: ThreadPoolExecutor(
                 1, thread_name_prefix=f"{self.name}-{name}", initializer=name_os_thread, initargs=(f"snd-{name}",)
             )
-            for name in ("kafka", "txn", "store")
+            for name in ("kafka", "store")
         }
+        # the producer's: a transaction stuck past its bound is left on it (_commit)
+        self._threads["txn"] = DaemonThreadExecutor(f"{self.name}-txn", "snd-txn")
         run = self._run = _Run()
         consumer: Consumer | None = None
         try:
@@ -388,7 +390,16 @@ class SenderWorker:
         self.metrics.set("sender_oldest_waiting_age_seconds", age, **self._labels)
         if not plan:
             return
-        if await self._on("txn", self._transact, consumer, producer, plan):
+        bound = self._transaction_bound_s()
+        try:
+            committed = await asyncio.wait_for(self._on("txn", self._transact, consumer, producer, plan), bound)
+        except TimeoutError:
+            raise TransactionStuckError(
+                f"{self.name}: a transaction did not finish within {bound:.0f} s; its producer is left behind"
+                " and the worker starts over with new clients (librdkafka's send_offsets_to_transaction can"
+                " outlive its timeout when the group coordinator's broker dies: librdkafka issues 5456, 5511)"
+            ) from None
+        if committed:
             published = run.ledger.committed(plan)
             # only now: after an abort the rows must still say "unpublished", so that the
             # redelivered records produce these outcomes again instead of being skipped
@@ -405,6 +416,11 @@ class SenderWorker:
             "%s transaction aborted: rewinding to the committed offsets (%d records again)", self.name, len(gone)
         )
         await self._on("kafka", self._rewind, consumer)
+
+    def _transaction_bound_s(self) -> float:
+        """The longest a transaction may take on the producer's thread: its offsets and its commit
+        are each bounded by ``kafka_timeout_s``, with a half more for the records' produce."""
+        return 2.5 * self.options.kafka_timeout_s
 
     def _transact(self, consumer: Consumer, producer: Producer, plan: CommitPlan) -> bool:
         """On the producer's thread: records and offsets in one transaction; False when it was

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from typing import Any
 
@@ -11,6 +12,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from operators import codec
 from operators.records import Channel
 from ops import kafka_io
+from senders.errors import TransactionStuckError
 from senders.providers import FakeProvider
 from senders.runtime.pool import build_pool, open_status_store
 from senders.statuses import DeliveryStatus, Lane
@@ -108,3 +110,58 @@ def test_an_aborted_transaction_still_produces_the_retry_and_the_dead_letter(
         "k1:sms": [("queued", 1), ("sending", 2), ("sent", 2)],
         "k2:sms": [("failed", 1)],
     }
+
+
+class OffsetsHangOnce:
+    """A real transactional producer whose first ``send_offsets_to_transaction`` never returns
+    (as librdkafka's does when the group coordinator's broker dies: issues 5456 and 5511) until
+    the test lets it go; it then fails as the fenced producer it is by then."""
+
+    def __init__(self, conf: dict[str, str], hung: list[threading.Event]) -> None:
+        self._producer = Producer(conf)
+        self._hung = hung
+
+    def send_offsets_to_transaction(self, *args: Any) -> None:
+        if not self._hung:
+            self._hung.append(threading.Event())
+            self._hung[0].wait()
+            raise KafkaException(KafkaError(KafkaError._FENCED, "let go by the test", fatal=True))
+        self._producer.send_offsets_to_transaction(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._producer, name)
+
+
+def test_a_transaction_stuck_past_its_bound_is_left_behind_and_the_worker_starts_over(
+    senders_settings: SettingsFactory, kafka_bootstrap: str
+) -> None:
+    """The worker waits 2.5 x ``kafka_timeout_ms`` for a transaction, then raises, leaves the
+    stuck call on its daemon thread and starts over with new clients: the new producer fences
+    the old one (its open transaction is aborted), the message is sent once and its outcome
+    published once."""
+    cfg = senders_settings(partitions=1, kafka_timeout_ms=2000)
+    fake = FakeProvider()
+    pool = build_pool(cfg, channels=[SMS], lanes=[Lane.NORMAL], providers={SMS: (fake, None)})
+    [worker] = pool.workers
+    hung: list[threading.Event] = []
+    worker.producer_factory = lambda conf: OffsetsHangOnce(conf, hung)  # type: ignore[assignment,return-value]
+    store = open_status_store(cfg)
+    try:
+        with pool:
+            produce_messages(kafka_bootstrap, cfg.topics.sms, [channel_message(1)])
+            wait_until(lambda: any(isinstance(e, TransactionStuckError) for e in pool.errors), 30,
+                       lambda: f"the stuck transaction given up: {pool.errors}")
+            stuck = [t for t in threading.enumerate() if t.name.endswith("-txn") and t.daemon and t.is_alive()]
+            assert stuck  # the call still hangs on the thread left behind
+            wait_until(lambda: bool(read_records(kafka_bootstrap, cfg.senders.status_topic, "delivery_status")),
+                       30, lambda: f"the outcome published after the restart: {store.rows()}")
+    finally:
+        for event in hung:
+            event.set()
+    assert [str(e) for e in pool.errors if not isinstance(e, TransactionStuckError)] == []
+    assert "5456" in str(next(e for e in pool.errors if isinstance(e, TransactionStuckError)))
+    assert {r.message_key: r.status for r in store.rows()} == {"k1:sms": DeliveryStatus.SENT}
+    assert Counter(r.message_key for r in fake.received()) == {"k1:sms": 1}
+    trail = [(s["status"], s["attempt"]) for s in read_records(kafka_bootstrap, cfg.senders.status_topic,
+                                                               "delivery_status")]
+    assert trail == [("sent", 1)]  # once: the stuck transaction's copy was aborted by the fence
