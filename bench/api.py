@@ -305,19 +305,24 @@ def run(args: argparse.Namespace) -> int:
     return 0 if all(p["errors"] == 0 for p in phases) else 1
 
 
-def _lose_a_broker(cluster: Any, topic: str, after_s: float, into: dict[str, Any]) -> None:
-    """SIGKILL the node leading most of ``topic``'s partitions ``after_s`` into the phase, time
-    until the cluster fences it, then start it again and wait until every replica is in sync."""
+def _lose_a_broker(cluster: Any, topic: str, after_s: float, into: dict[str, Any], which: str = "leader") -> None:
+    """SIGKILL a node ``after_s`` into the phase (``which``: ``harness.broker_loss.victim``; by
+    default the one leading most of ``topic``'s partitions, the active controller or not, as it
+    falls), time until the cluster fences it, then start it again and wait until every replica
+    is in sync."""
+    from harness.broker_loss import victim as pick
+
     time.sleep(after_s)
     leaders = cluster.leaders([topic])
-    victim = max(leaders, key=lambda k: leaders[k])
+    victim = pick(cluster, topic, which)
+    was_controller = victim == cluster.active_controller()
     killed = time.monotonic()
     cluster.kill(victim)
     cluster.wait_brokers(cluster.size - 1, timeout_s=120, exactly=True)
     fenced = time.monotonic()
     cluster.start_node(victim)
     cluster.wait_in_sync()
-    into.update(node=victim, led_partitions=leaders[victim], killed_at_s=after_s,
+    into.update(node=victim, was_controller=was_controller, led_partitions=leaders[victim], killed_at_s=after_s,
                 fenced_after_s=round(fenced - killed, 2), back_in_sync_after_s=round(time.monotonic() - killed, 2))
 
 

@@ -58,6 +58,7 @@ from bench.measure import (
 from bench.slo_load import codes_in
 from bench.stubs.process import StubProcess, raise_fd_limit
 from bench.systems import Proc
+from harness.broker_loss import VICTIMS
 from ops.stacks import STACKS_SIGNAL
 from settings import REPO_ROOT, Settings
 
@@ -117,6 +118,9 @@ class Plan:
     warmup_rounds: int = 6
     brokers: int = 1
     broker_kill: bool = False
+    #: which node the kill takes (harness.broker_loss.VICTIMS): the one leading the most request
+    #: partitions (the active controller or not, as it falls), the active controller, or another
+    kill_victim: str = "leader"
     checkpoint_ms: int | None = None
     stub_latency_ms: int = 200
     api_processes: int = 1
@@ -426,7 +430,8 @@ class Slo:
                 from bench.api import _lose_a_broker
 
                 killer = threading.Thread(target=_lose_a_broker, daemon=True,
-                                          args=(cluster, s.cfg.topics.requests, plan.flood_s / 2, loss))
+                                          args=(cluster, s.cfg.topics.requests, plan.flood_s / 2, loss,
+                                                plan.kill_victim))
                 killer.start()
             self.generate(s, name, [("code", plan.code_rate), ("order", plan.order_rate)], plan.flood_s)
             if killer is not None:
@@ -633,6 +638,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle-bound-s", type=float, help="wait at most this long for a phase's deliveries")
     parser.add_argument("--brokers", type=int, help="local brokers (1; 3 with --broker-kill)")
     parser.add_argument("--broker-kill", action="store_true", help="phase 3: the flood with a broker SIGKILLed")
+    parser.add_argument("--kill-victim", choices=VICTIMS,
+                        help="which node the kill takes: the busiest leader (as it falls), the active controller,"
+                             " or a broker that is not it (leader)")
     parser.add_argument("--checkpoint-ms", type=int, help="flink.checkpoint_interval_ms (default: the setting's)")
     parser.add_argument("--stub-latency-ms", type=int, help="the providers' answer time (200)")
     parser.add_argument("--api-processes", type=int, help="dedupctl api run --processes (1)")
@@ -656,8 +664,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.accept_rates:
         changes["accept_rates"] = tuple(float(r) for r in args.accept_rates.split(",") if r)
     for name in ("warmup_s", "warmup_rate", "warmup_rounds", "accept_s", "users", "campaign_rate", "flood_s",
-                 "code_rate", "order_rate", "settle_bound_s", "brokers", "checkpoint_ms", "stub_latency_ms",
-                 "api_processes", "nice", "cpu_idle", "api_nice", "generator_nice",
+                 "code_rate", "order_rate", "settle_bound_s", "brokers", "kill_victim", "checkpoint_ms",
+                 "stub_latency_ms", "api_processes", "nice", "cpu_idle", "api_nice", "generator_nice",
                  "connections", "store", "label"):
         if getattr(args, name) is not None:
             changes[name] = getattr(args, name)

@@ -222,6 +222,13 @@ def markdown(result: Mapping[str, Any]) -> str:
             rate, held, done = "-", "-", "-"
         lines.append(f"| {p['name']} | {done} | {rate} | {held} | **{p['repeated_provider_keys']}** |"
                      f" {p['settle_s']:.0f} s{'' if p['settled'] else ' (bound)'} | {'; '.join(p['notes']) or ''} |")
+    for p in result["phases"]:
+        loss = p.get("broker_loss")
+        if loss:
+            role = {True: "the active controller", False: "not the controller"}.get(loss.get("was_controller"), "")
+            lines += ["", f"{p['name']}: node {loss['node']}{f' ({role})' if role else ''} SIGKILLed"
+                      f" {loss['killed_at_s']:g} s in; fenced after {loss['fenced_after_s']:g} s, back in every ISR"
+                      f" after {loss['back_in_sync_after_s']:g} s."]
     names = API_HISTOGRAMS
     lines += ["", "What the API's /metrics saw over the phase's load (ms, p50 / p99 from the histograms' buckets):",
               "", "| phase | " + " | ".join(names) + " |", "|---|" + "--:|" * len(names)]

@@ -46,7 +46,9 @@ def _show(cluster: LocalCluster) -> None:
         return
     for node in cluster.nodes:
         _out(f"kafka node {node.node_id} {node.status()}")
-    _out(f"kafka cluster: {len(cluster.running())} of {cluster.size} nodes running; bootstrap {cluster.bootstrap}")
+    controller = cluster.active_controller()
+    _out(f"kafka cluster: {len(cluster.running())} of {cluster.size} nodes running; bootstrap {cluster.bootstrap}"
+         + (f"; active controller: node {controller}" if controller is not None else ""))
 
 
 def _start(cfg: Settings, args: argparse.Namespace) -> int:

@@ -1,11 +1,14 @@
 """How long ``acks=all`` writes wait when one broker of a local cluster is lost.
 
-``python -m harness.broker_loss [--brokers 3] [--partitions 6] [--rounds 2]`` starts a cluster
-of its own, writes to every partition of a topic (replicas: the cluster's default) every 10 ms
-with an idempotent ``acks=all`` producer, and per round loses the node leading the most
-partitions, once by SIGKILL (a crash) and once by SIGTERM (a controlled shutdown), then starts
-it again. For each loss it prints, as JSON, how long the controller took to drop the node from
-the metadata and the longest acknowledgement per partition written around the loss.
+``python -m harness.broker_loss [--brokers 3] [--partitions 6] [--rounds 2] [--how kill|stop]
+[--victim leader|controller|broker]`` starts a cluster of its own, writes to every partition of a
+topic (replicas: the cluster's default) every 10 ms with an idempotent ``acks=all`` producer, and
+per round loses a node, by SIGKILL (a crash) and by SIGTERM (a controlled shutdown) unless
+``--how`` names one, then starts it again. The node lost is the one leading the most partitions
+(``leader``), the active controller (``controller``: its loss first elects another), or the
+node leading the most partitions among the others (``broker``). For each loss it prints, as
+JSON, whether the node was the active controller, how long the cluster took to drop the node
+from the metadata and the longest acknowledgement per partition written around the loss.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from harness.local_kafka import LocalCluster
+from harness.local_kafka import BrokerError, LocalCluster
 from ops import kafka_io
 
 
@@ -34,6 +37,7 @@ class Loss:
 
     how: str
     node: int
+    was_controller: bool
     fenced_after_s: float
     longest_ack_s: dict[int, float]
     failed: int
@@ -68,9 +72,25 @@ class Writer(threading.Thread):
         self.producer.flush(120)
 
 
-def lose_one(cluster: LocalCluster, writer: Writer, how: str) -> Loss:
-    leaders = cluster.leaders([writer.topic])
-    node = max(leaders, key=lambda k: leaders[k])
+VICTIMS = ("leader", "controller", "broker")
+
+
+def victim(cluster: LocalCluster, topic: str, which: str) -> int:
+    """The node to lose (``VICTIMS``): the one leading the most of ``topic``'s partitions, the
+    active controller, or the one leading the most of them among the nodes that are not it."""
+    controller = cluster.active_controller()
+    if which == "controller":
+        if controller is None:
+            raise BrokerError("no running node is the active controller (its election is not in the logs)")
+        return controller
+    leaders = cluster.leaders([topic])
+    candidates = [k for k in leaders if which == "leader" or k != controller]
+    return max(candidates, key=lambda k: leaders[k])
+
+
+def lose_one(cluster: LocalCluster, writer: Writer, how: str, which: str = "leader") -> Loss:
+    node = victim(cluster, writer.topic, which)
+    was_controller = node == cluster.active_controller()
     failed_before = writer.failed
     at = time.monotonic()
     if how == "kill":
@@ -86,7 +106,7 @@ def lose_one(cluster: LocalCluster, writer: Writer, how: str) -> Loss:
             longest[p] = max(longest[p], round(took, 2))
     cluster.start_node(node)
     cluster.wait_in_sync()
-    return Loss(how, node, round(fenced, 2), longest, writer.failed - failed_before)
+    return Loss(how, node, was_controller, round(fenced, 2), longest, writer.failed - failed_before)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--brokers", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--how", choices=("kill", "stop"), help="only this way of losing a node (default: both)")
+    parser.add_argument("--victim", choices=VICTIMS, default="leader", help="which node is lost (default: leader)")
     args = parser.parse_args(argv)
     home = Path(tempfile.mkdtemp(prefix="notify-dedup-broker-loss-"))
     cluster = LocalCluster.on_free_ports(home, args.brokers)
@@ -107,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         writer.start()
         time.sleep(5)
         for _ in range(args.rounds):
-            for how in ("kill", "stop"):
-                sys.stdout.write(json.dumps(asdict(lose_one(cluster, writer, how))) + "\n")
+            for how in [args.how] if args.how else ["kill", "stop"]:
+                sys.stdout.write(json.dumps(asdict(lose_one(cluster, writer, how, args.victim))) + "\n")
                 sys.stdout.flush()
     finally:
         if writer is not None:

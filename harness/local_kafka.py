@@ -37,9 +37,16 @@ KAFKA_JARS = REPO_ROOT / ".cache" / "jars" / "kafka"
 #: the node (``broker.session.timeout.ms``; Kafka's default is 9 s, heartbeats every 2 s). Until a
 #: node that died is fenced, no ``acks=all`` record is acknowledged on any partition it is an
 #: in-sync replica of (with 3 replicas on 3 nodes: every partition), so this bounds how long the
-#: API's requests wait through a broker crash: at 9 s, 19 of 8,800 waited past the load
-#: generator's 10 s (bench.slo --broker-kill, load average 10 on the 2 cores)
-SESSION_TIMEOUT_MS = 6_000
+#: API's requests wait through a broker crash.
+SESSION_TIMEOUT_MS = 4_000
+#: how long a controller goes without hearing from the quorum's leader before it stands for
+#: election (``controller.quorum.fetch.timeout.ms``; Kafka's default is 2 s). A crash of the node
+#: that is the active controller costs this, the election, and then a whole session timeout: the
+#: new controller starts every node's session afresh. Measured with ``python -m
+#: harness.broker_loss --how kill --victim controller|broker`` on a quiet machine: at 6 s and 2 s
+#: the active controller's crash was fenced after 8.1-8.8 s (a broker's after 5.3 s); at 4 s and
+#: 1 s, after 5.1-6.4 s (a broker's after 3.7-4.5 s).
+QUORUM_FETCH_TIMEOUT_MS = 1_000
 
 
 class BrokerError(DedupError):
@@ -136,6 +143,7 @@ class LocalBroker:
                 "group.initial.rebalance.delay.ms=0",
                 f"broker.session.timeout.ms={SESSION_TIMEOUT_MS}",
                 f"broker.heartbeat.interval.ms={SESSION_TIMEOUT_MS // 4}",
+                f"controller.quorum.fetch.timeout.ms={QUORUM_FETCH_TIMEOUT_MS}",
                 f"share.coordinator.state.topic.replication.factor={rf}",
                 f"share.coordinator.state.topic.min.isr={isr}",
                 "",
@@ -224,6 +232,9 @@ class LocalBroker:
             "appender.out.layout.type=PatternLayout\nappender.out.layout.pattern=[%d] %p %m (%c)%n\n"
             "logger.kafka.name=kafka\nlogger.kafka.level=WARN\n"
             "logger.apache.name=org.apache.kafka\nlogger.apache.level=WARN\n"
+            # the quorum's elections and the controller's fencing decisions, for the record
+            "logger.raft.name=org.apache.kafka.raft.QuorumState\nlogger.raft.level=INFO\n"
+            "logger.fence.name=org.apache.kafka.controller.ReplicationControlManager\nlogger.fence.level=INFO\n"
         )
         with open(self.log_file, "ab") as log:
             proc = subprocess.Popen(
@@ -413,6 +424,22 @@ class LocalCluster:
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         return sorted(admin.list_topics(timeout=timeout_s).brokers)
+
+    def active_controller(self) -> int | None:
+        """The node that leads the controller quorum (the active controller), from the nodes'
+        logs: the latest epoch a node took the lead in, if that node runs; None if none does."""
+        latest: tuple[int, int] | None = None
+        for n in self.nodes:
+            try:
+                text = n.log_file.read_text(errors="replace")
+            except OSError:
+                continue
+            for epoch in re.findall(r"Completed transition to Leader\(.*?\bepoch=(\d+)", text):
+                if latest is None or int(epoch) > latest[0]:
+                    latest = (int(epoch), n.node_id)
+        if latest is None or self.node(latest[1]).pid() is None:
+            return None
+        return latest[1]
 
     def leaders(self, topics: Sequence[str]) -> dict[int, int]:
         """Node -> how many partitions of ``topics`` it leads (every node, 0 for none)."""

@@ -382,6 +382,58 @@ def test_the_api_accepts_through_a_broker_sigkill(three: CliCluster, tmp_path: P
     assert all(written[nid] == 1 for nid in accepted), [nid for nid in accepted if written[nid] != 1][:5]
 
 
+def test_losing_the_active_controller_elects_another_fences_the_node_and_writes_go_on(three: CliCluster) -> None:
+    """SIGKILL the node that leads the controller quorum (a crash that takes a broker and the
+    active controller at once): another node takes the lead, fences the dead one (its log says
+    why), ``kafka status`` names the new controller, and an idempotent ``acks=all`` producer
+    writing all along has every record acknowledged and written once."""
+    cluster = three.cluster
+    client = {"bootstrap.servers": cluster.bootstrap}
+    before = cluster.active_controller()
+    assert before in (1, 2, 3)
+    assert f"active controller: node {before}\n" in three.dedupctl("kafka", "status").stdout
+    topic = f"controller-loss-{uuid.uuid4().hex[:8]}"
+    kafka_io.create_topics(client, [topic], 3)
+    producer = Producer({**client, "enable.idempotence": "true", "acks": "all", "linger.ms": "1"})
+    acked: list[str] = []
+    failed: list[str] = []
+    stop = threading.Event()
+
+    def write() -> None:
+        n = 0
+        while not stop.is_set():
+            producer.produce(topic, value=f"r-{n}".encode(), partition=n % 3,
+                             on_delivery=lambda err, msg: (failed if err else acked).append(
+                                 str(err) if err else msg.value().decode()))
+            producer.poll(0)
+            n += 1
+            time.sleep(0.01)
+        assert producer.flush(120) == 0
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    time.sleep(2)
+    killed = time.monotonic()
+    cluster.kill(before)
+    cluster.wait_brokers(2, timeout_s=120, exactly=True)
+    fenced = time.monotonic() - killed
+    after = cluster.active_controller()
+    assert after is not None and after != before
+    assert f"Fencing broker {before} at epoch" in cluster.node(after).log_file.read_text(errors="replace")
+    time.sleep(2)  # writes after the fence, to the partitions' new leaders
+    stop.set()
+    writer.join(150)
+    cluster.start_node(before)
+    cluster.wait_in_sync()
+    print(f"active controller {before} SIGKILLed: node {after} took the lead, fenced it after {fenced:.1f} s;"
+          f" {len(acked)} records acknowledged")
+    assert not failed and len(acked) > 300
+    assert f"active controller: node {after}\n" in three.dedupctl("kafka", "status").stdout
+    got = Counter(m.value.decode() for m in kafka_io.read_committed(client, [topic], idle_timeout_s=10,
+                                                                   until_end=True) if m.value is not None)
+    assert got == Counter(acked) and set(got.values()) == {1}
+
+
 def test_the_cli_kills_one_node_and_stops_the_rest(three: CliCluster) -> None:
     killed = three.dedupctl("kafka", "kill", "--node", "3")
     assert (killed.returncode, killed.stdout) == (0, "kafka node 3 killed\n")
