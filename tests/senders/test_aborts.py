@@ -29,13 +29,23 @@ pytestmark = pytest.mark.integration
 SMS = Channel.SMS
 
 
-class AbortsOnce:
+class WrappedProducer:
+    """A real producer; a subclass overrides the calls it injects a failure into."""
+
+    def __init__(self, conf: dict[str, str]) -> None:
+        self._producer = Producer(conf)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._producer, name)
+
+
+class AbortsOnce(WrappedProducer):
     """A real transactional producer whose commit fails once, with an abortable error (as a
     missing delay topic or a rebalance gives), for the first transaction that writes to each of
     ``topics``. The worker then aborts the transaction for real."""
 
     def __init__(self, conf: dict[str, str], topics: set[str]) -> None:
-        self._producer = Producer(conf)
+        super().__init__(conf)
         self._armed = set(topics)
         self._written: set[str] = set()
         self.failed: list[set[str]] = []
@@ -58,9 +68,6 @@ class AbortsOnce:
                 KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, "injected", txn_requires_abort=True)
             )
         self._producer.commit_transaction(*args)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._producer, name)
 
 
 def test_an_aborted_transaction_still_produces_the_retry_and_the_dead_letter(
@@ -112,13 +119,13 @@ def test_an_aborted_transaction_still_produces_the_retry_and_the_dead_letter(
     }
 
 
-class OffsetsHangOnce:
+class OffsetsHangOnce(WrappedProducer):
     """A real transactional producer whose first ``send_offsets_to_transaction`` never returns
     (as librdkafka's does when the group coordinator's broker dies: issues 5456 and 5511) until
     the test lets it go; it then fails as the fenced producer it is by then."""
 
     def __init__(self, conf: dict[str, str], hung: list[threading.Event]) -> None:
-        self._producer = Producer(conf)
+        super().__init__(conf)
         self._hung = hung
 
     def send_offsets_to_transaction(self, *args: Any) -> None:
@@ -127,9 +134,6 @@ class OffsetsHangOnce:
             self._hung[0].wait()
             raise KafkaException(KafkaError(KafkaError._FENCED, "let go by the test", fatal=True))
         self._producer.send_offsets_to_transaction(*args)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._producer, name)
 
 
 def test_a_transaction_stuck_past_its_bound_is_left_behind_and_the_worker_starts_over(
