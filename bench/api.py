@@ -313,16 +313,15 @@ def _lose_a_broker(cluster: Any, topic: str, after_s: float, into: dict[str, Any
     from harness.broker_loss import victim as pick
 
     time.sleep(after_s)
-    leaders = cluster.leaders([topic])
-    victim = pick(cluster, topic, which)
-    was_controller = victim == cluster.active_controller()
+    lost = pick(cluster, topic, which)
     killed = time.monotonic()
-    cluster.kill(victim)
+    cluster.kill(lost.node)
     cluster.wait_brokers(cluster.size - 1, timeout_s=120, exactly=True)
     fenced = time.monotonic()
-    cluster.start_node(victim)
+    cluster.start_node(lost.node)
     cluster.wait_in_sync()
-    into.update(node=victim, was_controller=was_controller, led_partitions=leaders[victim], killed_at_s=after_s,
+    into.update(node=lost.node, was_controller=lost.was_controller, led_partitions=lost.led_partitions,
+                killed_at_s=after_s,
                 fenced_after_s=round(fenced - killed, 2), back_in_sync_after_s=round(time.monotonic() - killed, 2))
 
 

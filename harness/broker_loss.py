@@ -75,22 +75,32 @@ class Writer(threading.Thread):
 VICTIMS = ("leader", "controller", "broker")
 
 
-def victim(cluster: LocalCluster, topic: str, which: str) -> int:
+@dataclass(frozen=True)
+class Victim:
+    """The node to lose, whether it is the active controller, and how many partitions it leads."""
+
+    node: int
+    was_controller: bool
+    led_partitions: int
+
+
+def victim(cluster: LocalCluster, topic: str, which: str) -> Victim:
     """The node to lose (``VICTIMS``): the one leading the most of ``topic``'s partitions, the
     active controller, or the one leading the most of them among the nodes that are not it."""
     controller = cluster.active_controller()
+    leaders = cluster.leaders([topic])
     if which == "controller":
         if controller is None:
             raise BrokerError("no running node is the active controller (its election is not in the logs)")
-        return controller
-    leaders = cluster.leaders([topic])
-    candidates = [k for k in leaders if which == "leader" or k != controller]
-    return max(candidates, key=lambda k: leaders[k])
+        node = controller
+    else:
+        node = max((k for k in leaders if which == "leader" or k != controller), key=lambda k: leaders[k])
+    return Victim(node, node == controller, leaders[node])
 
 
 def lose_one(cluster: LocalCluster, writer: Writer, how: str, which: str = "leader") -> Loss:
-    node = victim(cluster, writer.topic, which)
-    was_controller = node == cluster.active_controller()
+    lost = victim(cluster, writer.topic, which)
+    node = lost.node
     failed_before = writer.failed
     at = time.monotonic()
     if how == "kill":
@@ -106,7 +116,7 @@ def lose_one(cluster: LocalCluster, writer: Writer, how: str, which: str = "lead
             longest[p] = max(longest[p], round(took, 2))
     cluster.start_node(node)
     cluster.wait_in_sync()
-    return Loss(how, node, was_controller, round(fenced, 2), longest, writer.failed - failed_before)
+    return Loss(how, node, lost.was_controller, round(fenced, 2), longest, writer.failed - failed_before)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,7 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from api import campaigns
+from harness.broker_loss import victim as busiest
 from harness.chaos import ChaosPlan, run_chaos
 from harness.local_kafka import LocalBroker, LocalCluster
 from harness.ports import free_port_run
@@ -331,8 +332,7 @@ def test_the_api_accepts_through_a_broker_sigkill(three: CliCluster, tmp_path: P
 
     def lose_a_broker() -> None:
         time.sleep(kill_at)
-        leaders = cluster.leaders([cfg.topics.requests])
-        victim = max(leaders, key=lambda k: leaders[k])
+        victim = busiest(cluster, cfg.topics.requests, "leader").node
         outage["killed"] = time.monotonic()
         cluster.kill(victim)
         cluster.wait_brokers(cluster.size - 1, timeout_s=120, exactly=True)
