@@ -160,7 +160,7 @@ def wait_failover(rest: RestClient, job_id: str, timeout_s: float = 30.0) -> Non
 def chaos_settings(bootstrap: str, work: Path, rest_port: int) -> str:
     return "\n".join([
         "[kafka]", f'bootstrap_servers = "{bootstrap}"', 'group_id = "chaos"',
-        "[flink]", f'checkpoint_dir = "{work / "checkpoints"}"', "checkpoint_interval_ms = 1000",
+        "[flink]", f'checkpoint_dir = "{work / "checkpoints"}"',
         f"rest_port = {rest_port}", 'transactional_id_prefix = "chaos"', "restart_attempts = 30",
         "restart_delay_ms = 2000",
         "[dedup]", "idleness_ms = 5000",

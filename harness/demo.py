@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 def demo_settings(base: Settings, bootstrap: str, work: Path) -> Settings:
     return base.with_overrides(
         kafka={"bootstrap_servers": bootstrap, "partitions": 2},
-        flink={"checkpoint_dir": str(work / "checkpoints"), "checkpoint_interval_ms": 1000,
+        flink={"checkpoint_dir": str(work / "checkpoints"),
                "rest_port": free_port(), "transactional_id_prefix": f"demo-{work.name}"},
         dedup={"idleness_ms": 5000},
     )

@@ -26,9 +26,10 @@ class FlinkSettings(Section):
     :param checkpoint_dir: retained checkpoints (and, by default, savepoints) live here
     :param savepoint_dir: where savepoints go when no target is given; empty: ``checkpoint_dir``
     :param checkpoint_interval_ms: also the latency of exactly-once output: a one-time code waits
-        for the rest of the interval and the checkpoint itself (1 s: codes API -> provider p99
-        1.3 s during a campaign flood, 5 s: 5.3 s; the job's CPU +0.03-0.07 cores there;
-        bench/results/slo-2026-12-03-quiet-*, checkpoint-interval-2026-12-03-quiet/)
+        for the rest of the interval and the checkpoint itself (codes API -> provider p99 during
+        a campaign flood with three brokers: 500 ms 1.2 s, 1 s 1.4-2.1 s, 5 s 5.3 s; what 500 ms
+        costs: README "The checkpoint interval", bench/results/checkpoint-interval-2026-12-07/);
+        the pause between two checkpoints is at least half of it
     :param checkpoint_timeout_ms: a checkpoint slower than this fails
     :param transaction_timeout_ms: Kafka transaction timeout of the sink; below the broker's
         transaction.max.timeout.ms (15 min) and above checkpoint interval + restart time
@@ -52,7 +53,7 @@ class FlinkSettings(Section):
     max_parallelism: int = 128
     checkpoint_dir: str = ".data/checkpoints"
     savepoint_dir: str = ""
-    checkpoint_interval_ms: int = 1_000
+    checkpoint_interval_ms: int = 500
     checkpoint_timeout_ms: int = 120_000
     transaction_timeout_ms: int = 600_000
     transactional_id_prefix: str = "notify-dedup"

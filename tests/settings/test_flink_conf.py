@@ -59,6 +59,7 @@ def test_every_environment_runs_the_job_with_the_same_settings() -> None:
     for name, conf in environments(cfg).items():
         assert {k: conf[k] for k in job} == job, name
     assert job["execution.checkpointing.interval"] == "1500ms"
+    assert job["execution.checkpointing.min-pause"] == "750ms"
     assert job["execution.checkpointing.timeout"] == "90s"
     assert job["restart-strategy.type"] == "fixed-delay"
     assert (job["restart-strategy.fixed-delay.attempts"], job["restart-strategy.fixed-delay.delay"]) == (4, "500ms")
