@@ -41,16 +41,34 @@ class DaemonThreadExecutor(Executor):
 
     def __init__(self, name: str, os_name: str) -> None:
         self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._shut = False
         self._thread = threading.Thread(target=self._serve, args=(os_name,), name=name, daemon=True)
         self._thread.start()
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         done: Future[Any] = Future()
-        self._calls.put((done, fn, args, kwargs))
+        with self._lock:
+            if self._shut:
+                raise RuntimeError("cannot schedule new calls after shutdown")
+            self._calls.put((done, fn, args, kwargs))
         return done
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        self._calls.put(None)
+        """As ``ThreadPoolExecutor.shutdown``: no new calls; with ``cancel_futures`` the calls
+        not yet started are cancelled; with ``wait``, returns when the running one returns."""
+        with self._lock:
+            if not self._shut:
+                self._shut = True
+                if cancel_futures:
+                    while True:
+                        try:
+                            call = self._calls.get_nowait()
+                        except queue.Empty:
+                            break
+                        if call is not None:
+                            call[0].cancel()
+                self._calls.put(None)
         if wait:
             self._thread.join()
 
