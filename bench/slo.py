@@ -45,6 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import slo_report as report
+from bench.checkpoints import CheckpointLog, epoch_ms
+from bench.checkpoints import summarize as summarize_checkpoints
 from bench.measure import (
     ProcSampler,
     gc_pauses,
@@ -165,6 +167,7 @@ class Slo:
         self.imports: dict[str, Any] = {}
         self.procs: dict[str, Proc] = {}  # the services started, stopped at the end whatever happens
         self.cluster: Any = None
+        self.checkpoints: CheckpointLog | None = None  # every checkpoint of the job, from its REST API
 
     # -- the services -------------------------------------------------------------------------
 
@@ -221,7 +224,13 @@ class Slo:
         from bench.api import _wait_ready
 
         _wait_ready(url, procs["api"].popen, procs["api"].log, timeout_s=180)
-        wait_running(RestClient(f"http://127.0.0.1:{cfg.flink.rest_port}"), timeout_s=300)
+        rest = RestClient(f"http://127.0.0.1:{cfg.flink.rest_port}")
+        job_id = wait_running(rest, timeout_s=300)
+        # the REST API keeps the last 10 checkpoints: at 500 ms that is 5 s, polled every second
+        self.checkpoints = CheckpointLog(
+            lambda: list(rest.call("GET", f"/jobs/{job_id}/checkpoints").get("history") or []), interval_s=1.0
+        )
+        self.checkpoints.start()
         for node in cluster.nodes:
             pid = node.pid()
             if pid:
@@ -349,6 +358,7 @@ class Slo:
                 "api_gc_by_generation": metrics["gc_pauses_by_generation"],
                 "broker_gc_pauses_ms": self.broker_gc(wall0, wall1),
                 "cpu_cores": self.cores(t0, t2), "jit_cores": jit_cores, "seconds": round(t1 - t0, 1),
+                "checkpoints": summarize_checkpoints(self.checkpoints, epoch_ms(t0), epoch_ms(t2)),
                 "settled": settled, "settle_s": round(settle_s, 1), "notes": []}
 
     def broker_gc(self, since: float, until: float) -> dict[str, float | int | None]:
@@ -585,6 +595,8 @@ def run(plan: Plan, out_dir: Path, keep: bool) -> int:
     finally:
         if failures or not finished:  # where a stuck service waits: its threads' stacks, in its log
             dump_stacks([slo.procs[name] for name in ("api", "senders") if name in slo.procs])
+        if slo.checkpoints is not None:
+            slo.checkpoints.stop()
         for proc in slo.procs.values():
             proc.terminate(grace_s=30)
         if stub is not None:

@@ -243,6 +243,18 @@ def markdown(result: Mapping[str, Any]) -> str:
             g = p.get("broker_gc_pauses_ms")
             if g is not None:
                 lines.append(f"| {p['name']} | {g['count']} | {_ms(g['p90'])} | {_ms(g['max'])} | {_ms(g['sum'])} |")
+    if any(p.get("checkpoints") for p in result["phases"]):
+        lines += ["", "The job's checkpoints triggered from the phase's first request until its messages were"
+                  " delivered (Flink's REST API; the duration is trigger to last acknowledgement, what a"
+                  " read_committed reader waits for on top of the interval; ms):", "",
+                  "| phase | completed | failed | between completions p50 / max | duration p50 / p99 / max |",
+                  "|---|--:|--:|--:|--:|"]
+        for p in result["phases"]:
+            c = p.get("checkpoints")
+            if c:
+                gaps = f"{_ms(c['between_completions_ms_p50'])} / {_ms(c['between_completions_ms_max'])}"
+                took = " / ".join(_ms(c[k]) for k in ("duration_ms_p50", "duration_ms_p99", "duration_ms_max"))
+                lines.append(f"| {p['name']} | {c['completed']} | {c['failed']} | {gaps} | {took} |")
     groups = list(result["phases"][0]["cpu_cores"]) if result["phases"] else []
     jvms = list(result["phases"][0].get("jit_cores", {})) if result["phases"] else []
     lines += ["", "CPU of each service from the phase's first request until its messages were delivered"

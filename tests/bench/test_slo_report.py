@@ -110,3 +110,33 @@ def test_a_jvm_s_pauses_are_read_from_its_gc_log_between_two_times() -> None:
     assert gc_pauses(log, at, at + 5) == [43.167, 7.5]
     assert gc_pauses(log, at + 5, at + 60) == [49.0]
     assert gc_pauses("garbage\n[not a time][info][gc] Pause Young 1.0ms\n", 0, 2e9) == []
+
+
+def test_the_report_tables_the_job_s_checkpoints_per_phase_and_old_results_still_render() -> None:
+    import json
+
+    from bench.checkpoints import CheckpointLog, summarize
+    from settings import REPO_ROOT
+
+    result = json.loads((REPO_ROOT / "bench/results/slo-2026-12-07-s42-3b-cp500-0350.json").read_text())
+    assert "checkpoints" not in result["phases"][0]
+    assert "The job's checkpoints" not in report.markdown(result)  # recorded before the log existed
+
+    log = CheckpointLog(lambda: [])
+    # one after another, each triggered 500 ms after the last or at once after a slow one; one
+    # failed; the last triggered after the phase's window
+    for cid, trigger, took, status in [(1, 10_000, 150, "COMPLETED"), (2, 10_500, 1_200, "COMPLETED"),
+                                       (3, 11_950, 90, "FAILED"), (4, 12_200, 160, "COMPLETED"),
+                                       (5, 12_700, 140, "COMPLETED"), (6, 13_200, 150, "COMPLETED")]:
+        log.entries[cid] = {"id": cid, "status": status, "trigger_timestamp": trigger,
+                            "latest_ack_timestamp": trigger + took, "end_to_end_duration": took,
+                            "checkpointed_size": 1000}
+    flood = next(p for p in result["phases"] if p["name"] == "flood")
+    flood["checkpoints"] = summarize(log, 10_000, 13_000)
+    c = flood["checkpoints"]
+    assert (c["completed"], c["failed"], c["duration_ms_max"]) == (4, 1, 1200.0)
+    # completions at 10,150, 11,700, 12,360 and 12,840: the slow one held the next back
+    assert (c["between_completions_ms_p50"], c["between_completions_ms_max"]) == (660.0, 1550.0)
+    table = report.markdown(result)
+    assert "The job's checkpoints triggered" in table
+    assert f"| flood | 4 | 1 | 660 / 1,550 | {c['duration_ms_p50']:,.0f} / 1,200 / 1,200 |" in table
