@@ -92,10 +92,6 @@ class Plan:
         warning); the result counts the times its guard found the group starved
         (``idle_guard_reliefs``). At 2,000/s the accept p99 was 54.5-84.8 ms with it and 90.8-143
         ms without, interleaved (bench/results/slo-2026-12-0[67]-s41-*)
-    :param senders_apart: the senders as two processes, the normal lanes (niced and in the
-        CPU-idle group) and the priority lanes (as started: ``dedupctl senders run`` lowers no
-        process that serves a priority lane), as docs/operations.md deploys them; off: one process of
-        every lane, which then is not lowered either
     :param api_nice: ``api.nice``: the API's processes above the other services (its autogroup's
         share of the CPU; needs root, else the API runs at 0 and its log says so); 0: as they
     :param generator_nice: the load generator's (its own session and autogroup). It stands for
@@ -132,7 +128,6 @@ class Plan:
     api_processes: int = 1
     nice: int = 10
     cpu_idle: bool = True
-    senders_apart: bool = True
     api_nice: int = -5
     generator_nice: int = 0
     connections: int = 64
@@ -221,16 +216,9 @@ class Slo:
         procs = self.procs
         say("starting the job (dedupctl run), the senders (dedupctl senders run), the API (dedupctl api run)")
         procs["job"] = self._proc("job", config, ["run", "--fresh"])
-        senders = ["senders", "run", "--channel", "push", "--channel", "sms"]
-        instance = {"DEDUP_SENDERS_INSTANCE_ID": f"slo{self.uid}"}
-        if plan.senders_apart:
-            procs["senders"] = self._proc("senders", config, [*senders, "--lane", "normal", "--metrics-port",
-                                                             str(free_port())], instance)
-            procs["senders-priority"] = self._proc("senders-priority", config, [
-                *senders, "--lane", "priority", "--metrics-port", str(free_port()), "--no-create-topics"
-            ], instance, group="senders")
-        else:
-            procs["senders"] = self._proc("senders", config, [*senders, "--metrics-port", str(free_port())], instance)
+        procs["senders"] = self._proc("senders", config, ["senders", "run", "--channel", "push", "--channel", "sms",
+                                                         "--metrics-port", str(free_port())],
+                                      {"DEDUP_SENDERS_INSTANCE_ID": f"slo{self.uid}"})
         procs["api"] = self._proc("api", config, ["api", "run"])
         url = f"http://127.0.0.1:{cfg.api.port}"
         from bench.api import _wait_ready
@@ -250,11 +238,10 @@ class Slo:
         self.sampler.watch("stub", stub.pid)
         return Services(cfg, config, url, token, stub, procs)
 
-    def _proc(self, name: str, config: Path, args: list[str], env: dict[str, str] | None = None,
-              group: str | None = None) -> Proc:
+    def _proc(self, name: str, config: Path, args: list[str], env: dict[str, str] | None = None) -> Proc:
         proc = Proc(name, [sys.executable, "-m", "dedupctl.cli", "--config", str(config), *args],
                     self.work / f"{name}.log", env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
-        self.sampler.watch(group or name, proc.pid)
+        self.sampler.watch(name, proc.pid)
         return proc
 
     def _import_users(self, config: Path) -> None:
@@ -607,7 +594,7 @@ def run(plan: Plan, out_dir: Path, keep: bool) -> int:
         finished = True
     finally:
         if failures or not finished:  # where a stuck service waits: its threads' stacks, in its log
-            dump_stacks([slo.procs[name] for name in ("api", "senders", "senders-priority") if name in slo.procs])
+            dump_stacks([slo.procs[name] for name in ("api", "senders") if name in slo.procs])
         if slo.checkpoints is not None:
             slo.checkpoints.stop()
         for proc in slo.procs.values():
@@ -673,8 +660,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="the job's and the senders' CPU nice (flink.nice, senders.nice; 10; 0: as the API's)")
     parser.add_argument("--cpu-idle", action=argparse.BooleanOptionalAction, default=None,
                         help="the job and the senders in a CPU-idle cgroup (flink.cpu_idle, senders.cpu_idle; on)")
-    parser.add_argument("--senders-apart", action=argparse.BooleanOptionalAction, default=None,
-                        help="the senders' normal and priority lanes as two processes (on)")
     parser.add_argument("--api-nice", type=int, choices=range(-20, 1), metavar="-20-0",
                         help="the API's CPU nice (api.nice; -5, which needs root; 0: as the other services)")
     parser.add_argument("--generator-nice", type=int, choices=range(-20, 1), metavar="-20-0",
@@ -692,7 +677,7 @@ def main(argv: list[str] | None = None) -> int:
         changes["accept_rates"] = tuple(float(r) for r in args.accept_rates.split(",") if r)
     for name in ("warmup_s", "warmup_rate", "warmup_rounds", "accept_s", "users", "campaign_rate", "flood_s",
                  "code_rate", "order_rate", "settle_bound_s", "brokers", "kill_victim", "checkpoint_ms",
-                 "stub_latency_ms", "api_processes", "nice", "cpu_idle", "senders_apart", "api_nice", "generator_nice",
+                 "stub_latency_ms", "api_processes", "nice", "cpu_idle", "api_nice", "generator_nice",
                  "connections", "store", "label"):
         if getattr(args, name) is not None:
             changes[name] = getattr(args, name)

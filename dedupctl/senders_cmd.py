@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from functools import partial
 from types import FrameType
 from typing import Any
@@ -43,20 +43,9 @@ def _selection(args: argparse.Namespace) -> tuple[list[Channel], list[Lane]]:
     return channels, lanes
 
 
-def yields_cpu(lanes: Sequence[Lane]) -> bool:
-    """Whether a ``senders run`` of ``lanes`` takes ``senders.nice`` and ``senders.cpu_idle``:
-    only when it serves no priority lane. They put a campaign's sending below the API and the
-    broker; a one-time code must not wait for the CPU behind them, so the priority lanes run as
-    started (run the lanes as two processes, ``--lane normal`` and ``--lane priority``)."""
-    return Lane.PRIORITY not in lanes
-
-
 def cmd_senders_run(cfg: Settings, args: argparse.Namespace) -> int:
     channels, lanes = _selection(args)
-    lower = yields_cpu(lanes)
-    if not lower and (cfg.senders.nice or cfg.senders.cpu_idle):
-        logger.info("sender workers: serving a priority lane, so not lowered (senders.nice, senders.cpu_idle)")
-    if cfg.senders.nice and lower:
+    if cfg.senders.nice:
         logger.info("sender workers: %s", yield_cpu(cfg.senders.nice))
     if not args.no_create_topics:
         created = ensure_topics(cfg, channels, lanes)
@@ -66,7 +55,7 @@ def cmd_senders_run(cfg: Settings, args: argparse.Namespace) -> int:
             sum(v == "exists" for v in created.values()),
         )
     pool = build_pool(cfg, channels=channels, lanes=lanes, workers_per_lane=args.workers)
-    if cfg.senders.cpu_idle and lower:  # every thread of the process moves, the clients' already started too
+    if cfg.senders.cpu_idle:  # every thread of the process moves, the clients' already started too
         logger.info("sender workers: %s", run_cpu_idle(observer=partial(record_cpu_idle, pool.metrics)))
     _log_providers(pool.dispatchers)
     stop = pool.stop_event

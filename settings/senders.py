@@ -118,10 +118,9 @@ class SendersSettings(Section):
     :param email_rate_per_sec: rate limit of each email provider
     :param rate_burst: token-bucket size of each provider
     :param nice: ``senders run`` runs at this CPU nice (0-19; 0: as started): below the API and
-        the broker when they share a host (ops/priority.py says why and what it buys); a process
-        that serves a priority lane runs as started (``--lane normal`` for the rest)
+        the broker when they share a host (ops/priority.py says why and what it buys)
     :param cpu_idle: ``senders run`` runs in the job's CPU-idle control group (``flink.cpu_idle``,
-        ops/cpu_idle.py), below the API and the broker; not a process that serves a priority lane
+        ops/cpu_idle.py), below the API and the broker
     :param metrics_port: ``senders run`` serves its Prometheus metrics on 127.0.0.1:PORT/metrics
         (0: not served; ``--metrics-port`` overrides it); ``dedupctl slo`` reads them there
     :param provider_prices: a message's price per provider, ``label=PRICE;label=PRICE`` (the

@@ -2,9 +2,8 @@
 the outbox under the data directory, says so once per channel (and where), and records each
 message as sent with the outbox's id as the provider's reference (until issue 23 it exited with
 "no provider for push"). It runs as a service would, in a session of its own, with
-``senders.nice`` set, for the normal lane: its workers run below the other services on the CPU
-(ops/priority.py), and in the CPU-idle group where the host allows it (``senders.cpu_idle``,
-ops/cpu_idle.py). A process that serves a priority lane is not lowered (``yields_cpu``)."""
+``senders.nice`` set: its workers run below the other services on the CPU (ops/priority.py), and
+in the CPU-idle group where the host allows it (``senders.cpu_idle``, ops/cpu_idle.py)."""
 
 from __future__ import annotations
 
@@ -54,8 +53,7 @@ def test_senders_run_without_a_provider_writes_each_message_to_the_outbox_and_re
     produce_messages(kafka_bootstrap, cfg.topics.sms, [channel_message(n) for n in range(3)])
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "dedupctl.cli", "senders", "run", "--channel", "sms", "--lane", "normal",
-             "--max-seconds", "120"],
+            [sys.executable, "-m", "dedupctl.cli", "senders", "run", "--channel", "sms", "--max-seconds", "120"],
             cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )
     nice_before = os.getpriority(os.PRIO_PROCESS, 0)
@@ -95,12 +93,3 @@ def test_senders_run_without_a_provider_writes_each_message_to_the_outbox_and_re
     assert f"sms: primary outbox (outbox): writes its messages to the outbox in {folder.resolve()}," in said[0]
     for n in range(3):
         assert address_of(f"user-{n}", Channel.SMS) not in text  # addresses stay in the outbox's files
-
-
-def test_only_a_process_without_a_priority_lane_is_lowered() -> None:
-    from dedupctl.senders_cmd import yields_cpu
-    from senders.statuses import Lane
-
-    assert yields_cpu([Lane.NORMAL])
-    assert not yields_cpu([Lane.PRIORITY])
-    assert not yields_cpu([Lane.NORMAL, Lane.PRIORITY])  # ``senders run`` without --lane: both
