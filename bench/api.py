@@ -310,19 +310,14 @@ def _lose_a_broker(cluster: Any, topic: str, after_s: float, into: dict[str, Any
     default the one leading most of ``topic``'s partitions, the active controller or not, as it
     falls), time until the cluster fences it, then start it again and wait until every replica
     is in sync."""
-    from harness.broker_loss import victim as pick
+    from harness.broker_loss import lose_and_restore, victim
 
     time.sleep(after_s)
-    lost = pick(cluster, topic, which)
-    killed = time.monotonic()
-    cluster.kill(lost.node)
-    cluster.wait_brokers(cluster.size - 1, timeout_s=120, exactly=True)
-    fenced = time.monotonic()
-    cluster.start_node(lost.node)
-    cluster.wait_in_sync()
+    lost = victim(cluster, topic, which)
+    outage = lose_and_restore(cluster, lost.node)
     into.update(node=lost.node, was_controller=lost.was_controller, led_partitions=lost.led_partitions,
-                killed_at_s=after_s,
-                fenced_after_s=round(fenced - killed, 2), back_in_sync_after_s=round(time.monotonic() - killed, 2))
+                killed_at_s=after_s, fenced_after_s=outage.fenced_after_s,
+                back_in_sync_after_s=outage.back_in_sync_after_s)
 
 
 def _print_phase(p: dict[str, Any]) -> None:

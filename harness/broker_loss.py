@@ -20,6 +20,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -98,25 +99,48 @@ def victim(cluster: LocalCluster, topic: str, which: str) -> Victim:
     return Victim(node, node == controller, leaders[node])
 
 
-def lose_one(cluster: LocalCluster, writer: Writer, how: str, which: str = "leader") -> Loss:
-    lost = victim(cluster, writer.topic, which)
-    node = lost.node
-    failed_before = writer.failed
+@dataclass(frozen=True)
+class Outage:
+    """A node lost and back: seconds from its loss until the cluster fenced it (dropped it from
+    the metadata) and until every replica was in sync again."""
+
+    node: int
+    fenced_after_s: float
+    back_in_sync_after_s: float
+
+
+def lose_and_restore(cluster: LocalCluster, node: int, how: str = "kill", *,
+                     while_down: Callable[[float], None] | None = None) -> Outage:
+    """Lose ``node`` (``kill``: SIGKILL, a crash; ``stop``: SIGTERM, a controlled shutdown), wait
+    until the cluster has fenced it, call ``while_down`` with the monotonic time of the loss, then
+    start the node again and wait until every replica is in sync."""
     at = time.monotonic()
     if how == "kill":
         cluster.kill(node)
     else:
         cluster.stop_node(node)
-    cluster.wait_brokers(cluster.size - 1, timeout_s=60, exactly=True)
+    cluster.wait_brokers(cluster.size - 1, timeout_s=120, exactly=True)
     fenced = time.monotonic() - at
-    time.sleep(max(0.0, 20 - fenced))  # writes go on with the node down
-    longest: dict[int, float] = {p: 0.0 for p in range(writer.partitions)}
-    for sent, took, p in list(writer.acks):
-        if at - 5 <= sent <= at + 25:
-            longest[p] = max(longest[p], round(took, 2))
+    if while_down is not None:
+        while_down(at)
     cluster.start_node(node)
     cluster.wait_in_sync()
-    return Loss(how, node, lost.was_controller, round(fenced, 2), longest, writer.failed - failed_before)
+    return Outage(node, round(fenced, 2), round(time.monotonic() - at, 2))
+
+
+def lose_one(cluster: LocalCluster, writer: Writer, how: str, which: str = "leader") -> Loss:
+    lost = victim(cluster, writer.topic, which)
+    failed_before = writer.failed
+    longest: dict[int, float] = {p: 0.0 for p in range(writer.partitions)}
+
+    def longest_acks(at: float) -> None:
+        time.sleep(max(0.0, at + 20 - time.monotonic()))  # writes go on with the node down
+        for sent, took, p in list(writer.acks):
+            if at - 5 <= sent <= at + 25:
+                longest[p] = max(longest[p], round(took, 2))
+
+    outage = lose_and_restore(cluster, lost.node, how, while_down=longest_acks)
+    return Loss(how, lost.node, lost.was_controller, outage.fenced_after_s, longest, writer.failed - failed_before)
 
 
 def main(argv: list[str] | None = None) -> int:
