@@ -3,6 +3,7 @@ ridden out: the worker backs off and reconnects, and the other channels never st
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import threading
 import time
@@ -19,7 +20,7 @@ from harness.ports import free_port
 from operators.contract import Topics
 from operators.records import Channel
 from ops import kafka_io
-from senders.errors import InstanceInUseError
+from senders.errors import InstanceInUseError, TransactionStuckError
 from senders.providers import FakeProvider
 from senders.runtime.pool import build_pool, ensure_topics, open_status_store
 from senders.statuses import DeliveryStatus, Lane
@@ -163,12 +164,18 @@ def test_a_broker_outage_and_a_failed_init_transactions_are_ridden_out(
     assert pool.metrics.value("sender_worker_restarts_total") >= 1
     # none of the stopped pool's Kafka clients outlives it, though the pool (and its errors) is
     # still held: a failed run's producer, kept by the traceback in pool.errors, went on
-    # reconnecting to the broker once it was gone ("Connect to ... refused" lines on stderr)
+    # reconnecting to the broker once it was gone ("Connect to ... refused" lines on stderr).
+    # The one exception is by design: a producer whose transaction call never returned
+    # (TransactionStuckError; librdkafka cannot destroy it mid-call) is left behind, one per such
+    # failure, until its call returns; it happens here when the outage outlasts the bound
     assert pool.errors
     capfd.readouterr()
     own_broker.stop()
     time.sleep(3)
-    assert f":{own_broker.port}" not in capfd.readouterr().err
+    still = {m.group(1) for m in re.finditer(rf"rdkafka#(\w+-\d+)\| \[thrd:[^]]*:{own_broker.port}[/\]]",
+                                             capfd.readouterr().err)}
+    stuck = sum(isinstance(e, TransactionStuckError) for e in pool.errors)
+    assert len(still) <= stuck and all(name.startswith("producer-") for name in still), (still, pool.errors)
 
 
 # -- one identity per process ----------------------------------------------------------------------
