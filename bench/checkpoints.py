@@ -18,10 +18,17 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bench.measure import percentile
+from ops.flink_rest import RestClient
 
 #: the fields of a history entry that are kept (Flink's names)
 FIELDS = ("id", "status", "trigger_timestamp", "latest_ack_timestamp", "end_to_end_duration",
           "checkpointed_size", "state_size", "alignment_buffered", "processed_data", "persisted_data")
+
+
+def job_history(rest: RestClient, job_id: str) -> list[dict[str, Any]]:
+    """A job's recent checkpoints as the REST API keeps them (``history``: the last
+    ``web.checkpoints.history``); what :class:`CheckpointLog` polls."""
+    return list(rest.call("GET", f"/jobs/{job_id}/checkpoints").get("history") or [])
 
 
 class CheckpointLog(threading.Thread):

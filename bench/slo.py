@@ -41,11 +41,12 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from bench import slo_report as report
-from bench.checkpoints import CheckpointLog, epoch_ms
+from bench.checkpoints import CheckpointLog, epoch_ms, job_history
 from bench.checkpoints import summarize as summarize_checkpoints
 from bench.measure import (
     ProcSampler,
@@ -226,10 +227,8 @@ class Slo:
         _wait_ready(url, procs["api"].popen, procs["api"].log, timeout_s=180)
         rest = RestClient(f"http://127.0.0.1:{cfg.flink.rest_port}")
         job_id = wait_running(rest, timeout_s=300)
-        # the REST API keeps the last 10 checkpoints: at 500 ms that is 5 s, polled every second
-        self.checkpoints = CheckpointLog(
-            lambda: list(rest.call("GET", f"/jobs/{job_id}/checkpoints").get("history") or []), interval_s=1.0
-        )
+        # the REST API keeps the last 10 checkpoints (10 s at the default interval): every second
+        self.checkpoints = CheckpointLog(partial(job_history, rest, job_id), interval_s=1.0)
         self.checkpoints.start()
         for node in cluster.nodes:
             pid = node.pid()

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import checkpoints
 from bench.feeds import Feed
 from bench.measure import AvroParser, JsonParser, Parser
 from bench.peers.common import prefixed_topics
@@ -205,7 +206,7 @@ class FlinkSystem(System):
         """The REST API's recent checkpoints (``history``; bench.checkpoints keeps them all)."""
         if not self.job_id:
             return []
-        return list(self.rest.call("GET", f"/jobs/{self.job_id}/checkpoints").get("history") or [])
+        return checkpoints.job_history(self.rest, self.job_id)
 
     def checkpoint_stats(self) -> dict[str, Any]:
         if not self.job_id:
