@@ -39,7 +39,7 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -48,6 +48,7 @@ from typing import Any
 from bench import slo_report as report
 from bench.checkpoints import CheckpointLog, epoch_ms, job_history
 from bench.checkpoints import summarize as summarize_checkpoints
+from bench.lane_watch import LaneWatch
 from bench.measure import (
     ProcSampler,
     gc_pauses,
@@ -169,6 +170,7 @@ class Slo:
         self.procs: dict[str, Proc] = {}  # the services started, stopped at the end whatever happens
         self.cluster: Any = None
         self.checkpoints: CheckpointLog | None = None  # every checkpoint of the job, from its REST API
+        self.lane_watch: LaneWatch | None = None  # when each code became visible to a read_committed reader
 
     # -- the services -------------------------------------------------------------------------
 
@@ -180,7 +182,7 @@ class Slo:
         from harness.chaos import wait_running
         from harness.ports import free_port
         from harness.settings_file import write_settings
-        from operators.records import Category, Channel
+        from operators.records import Category, Channel, Priority
         from ops import kafka_io
         from ops.flink_rest import RestClient
         from senders.profiles.crypto import generate_key
@@ -206,6 +208,9 @@ class Slo:
         )
         kafka_io.ensure_topics(cfg.kafka, cfg.topics.all(), plan.partitions)
         ensure_topics(cfg, [Channel.PUSH, Channel.SMS])
+        self.lane_watch = LaneWatch({"bootstrap.servers": cluster.bootstrap},
+                                    [cfg.topics.channel_topic(Channel.SMS, Priority.HIGH)])
+        self.lane_watch.start()
         config = write_settings(cfg, self.work / "slo.toml")
         db = open_api_store(cfg)
         token = create_caller(db, Caller(CALLER, frozenset({Scope.SEND, Scope.CAMPAIGNS, Scope.STATUS_READ}),
@@ -472,8 +477,11 @@ def wait_for(done: Callable[[], bool], deadline: float, procs: dict[str, Proc],
 
 
 def figures(slo: Slo, phases: list[dict[str, Any]], arrivals: dict[str, dict[str, float]],
-            repeats: list[Any], final: dict[tuple[str, str], str]) -> None:
-    """Each phase's accept figures, outcomes and latencies, repeated keys, campaign rate (in place)."""
+            repeats: list[Any], final: dict[tuple[str, str], str],
+            marks: Mapping[str, Mapping[tuple[str, str], float]] | None = None) -> None:
+    """Each phase's accept figures, outcomes and latencies, repeated keys, campaign rate (in place);
+    with ``marks`` (``report.LEGS`` before the stub: {(dedup_key, channel): epoch s}), where the
+    codes' time went."""
     at_stub: dict[tuple[str, str], float] = {}
     for channel_arrivals in arrivals.values():
         at_stub.update(report.by_request(channel_arrivals))
@@ -499,6 +507,10 @@ def figures(slo: Slo, phases: list[dict[str, Any]], arrivals: dict[str, dict[str
         p["outcomes"] = {k: o.as_dict() for k, o in outcomes.items()}
         p["lost"] = sum(o.lost for o in outcomes.values())
         p["repeated_provider_keys"] = report.repeated_calls(repeats, expected)
+        if marks is not None:
+            completions = sorted(float(e["latest_ack_timestamp"]) for e in slo.checkpoints.completed()) \
+                if slo.checkpoints is not None else []
+            p["code_legs"] = report.legs(expected, "code", {**marks, "stub": at_stub}, completions)
         if not p["settled"]:
             p["notes"].append(f"not every message at the stubs {p['settle_s']:.0f} s after the phase")
 
@@ -585,7 +597,10 @@ def run(plan: Plan, out_dir: Path, keep: bool) -> int:
             time.sleep(5)
         total = sum(slo.expected_at_stub.values())
         statuses = read_statuses(cluster.bootstrap, s.cfg.senders.status_topic, total, timeout_s=120)
-        figures(slo, phases, arrivals, repeats, report.by_request(statuses.final))
+        visible = slo.lane_watch.stop() if slo.lane_watch is not None else {}
+        ruled = {pair: ms / 1000 for pair, ms in report.by_request(statuses.claimed_ms).items()}
+        figures(slo, phases, arrivals, repeats, report.by_request(statuses.final),
+                {"visible": report.by_request(visible), "ruled": ruled})
         for p in phases:
             if p["lost"] or p["repeated_provider_keys"]:
                 failures.append(f"{p['name']}: {p['lost']} lost, {p['repeated_provider_keys']} repeated provider keys")
@@ -596,6 +611,8 @@ def run(plan: Plan, out_dir: Path, keep: bool) -> int:
             dump_stacks([slo.procs[name] for name in ("api", "senders") if name in slo.procs])
         if slo.checkpoints is not None:
             slo.checkpoints.stop()
+        if slo.lane_watch is not None:
+            slo.lane_watch.stop()
         for proc in slo.procs.values():
             proc.terminate(grace_s=30)
         if stub is not None:

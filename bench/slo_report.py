@@ -9,6 +9,8 @@ API answered with and the channel. Times are the machine's wall clock: the gener
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,6 +130,54 @@ def account(expected: Mapping[tuple[str, str], Expected], arrivals: Mapping[tupl
     return out
 
 
+#: the marks on a message's way after its request was due, in order, with what each leg up to it is
+LEGS = (
+    ("visible", "API call -> visible to a read_committed reader (the API, the job, its checkpoint)"),
+    ("ruled", "-> a sender ruled on it (its poll, its claim round's profile read: the `sending` status' time)"),
+    ("stub", "-> at the provider stub (the claim's transaction, the call)"),
+)
+
+
+def legs(expected: Mapping[tuple[str, str], Expected], kind: str,
+         marks: Mapping[str, Mapping[tuple[str, str], float]],
+         completions_ms: Sequence[float] = ()) -> dict[str, Any]:
+    """Where the time of ``kind``'s expected messages went: for each message with every mark of
+    ``LEGS`` (``marks``: mark -> {(dedup_key, channel): epoch s}), each leg's length from the
+    mark before it (the first from when its request was due); p50/p99/max per leg over those
+    messages, and each leg's median over the slowest of them (a whole way at or above the p99),
+    which says which leg a slow message lost its time in. ``unmarked``: messages missing a mark.
+
+    ``completions_ms`` (the job's checkpoints' completions, epoch ms, sorted): of the first leg,
+    the part after the last checkpoint completed before the message was visible
+    (``after_checkpoint``): the transaction's commit, which the job makes once told its checkpoint
+    completed, and the brokers' replication of its markers."""
+    ways: list[list[float]] = []
+    unmarked = 0
+    for pair, exp in expected.items():
+        if exp.kind != kind:
+            continue
+        times = [marks.get(name, {}).get(pair) for name, _ in LEGS]
+        if any(t is None for t in times):
+            unmarked += 1
+            continue
+        points = [exp.due_s, *(t for t in times if t is not None)]
+        way = [(b - a) * 1000 for a, b in zip(points, points[1:], strict=False)]
+        completed = bisect.bisect_right(completions_ms, points[1] * 1000)
+        way.append(points[1] * 1000 - completions_ms[completed - 1] if completed else math.nan)
+        ways.append(way)
+    totals = sorted(sum(w[: len(LEGS)]) for w in ways)
+    p99 = nearest_rank(totals, 99)
+    slowest = [w for w in ways if p99 is not None and sum(w[: len(LEGS)]) >= p99]
+    out: dict[str, Any] = {"messages": len(ways), "unmarked": unmarked, "slowest": len(slowest), "legs_ms": {}}
+    for i, name in enumerate([*(name for name, _ in LEGS), "after_checkpoint"]):
+        every = sorted(w[i] for w in ways if not math.isnan(w[i]))
+        out["legs_ms"][name] = {
+            **{k: v for k, v in latency_summary(every).items() if k in ("p50", "p99", "max")},
+            "slowest_p50": latency_summary(sorted(w[i] for w in slowest if not math.isnan(w[i])))["p50"],
+        }
+    return out
+
+
 def repeated_calls(repeats: Iterable[Sequence[Any]], wanted: Iterable[tuple[str, str]]) -> int:
     """Provider calls (a stub's ``repeats``: (message key, time)) for a key already called, among
     the messages ``wanted``."""
@@ -229,6 +279,26 @@ def markdown(result: Mapping[str, Any]) -> str:
             lines += ["", f"{p['name']}: node {loss['node']}{f' ({role})' if role else ''} SIGKILLed"
                       f" {loss['killed_at_s']:g} s in; fenced after {loss['fenced_after_s']:g} s, back in every ISR"
                       f" after {loss['back_in_sync_after_s']:g} s."]
+    if any(p.get("code_legs", {}).get("messages") for p in result["phases"]):
+        lines += ["", "Where the one-time codes' time went, leg by leg (ms; p50 / p99 / max of each leg, and its"
+                  " median over the slowest 1% of the codes' whole ways); the legs: "
+                  + "; ".join(what for _, what in LEGS) + ". Of the first, the part after the last of the job's"
+                  " checkpoints completed (its last acknowledgement) before the code was visible: the commit of"
+                  " its transaction.", "",
+                  "| phase | codes | visible | of it after its checkpoint | ruled | stub | slowest: visible (after"
+                  " its checkpoint) / ruled / stub |", "|---|--:|--:|--:|--:|--:|--:|"]
+        for p in result["phases"]:
+            c = p.get("code_legs")
+            if c and c["messages"]:
+                g = c["legs_ms"]
+                after = g.get("after_checkpoint", {"p50": None, "p99": None, "max": None, "slowest_p50": None})
+                each = [g["visible"], after, g["ruled"], g["stub"]]
+                unmarked = f" ({c['unmarked']} unmarked)" if c["unmarked"] else ""
+                lines.append(f"| {p['name']} | {c['messages']:,}{unmarked} | "
+                             + " | ".join(" / ".join(_ms(leg[k]) for k in ("p50", "p99", "max")) for leg in each)
+                             + f" | {c['slowest']}: {_ms(g['visible']['slowest_p50'])}"
+                             f" ({_ms(after['slowest_p50'])}) / {_ms(g['ruled']['slowest_p50'])}"
+                             f" / {_ms(g['stub']['slowest_p50'])} |")
     names = API_HISTOGRAMS
     lines += ["", "What the API's /metrics saw over the phase's load (ms, p50 / p99 from the histograms' buckets):",
               "", "| phase | " + " | ".join(names) + " |", "|---|" + "--:|" * len(names)]

@@ -140,3 +140,37 @@ def test_the_report_tables_the_job_s_checkpoints_per_phase_and_old_results_still
     table = report.markdown(result)
     assert "The job's checkpoints triggered" in table
     assert f"| flood | 4 | 1 | 660 / 1,550 | {c['duration_ms_p50']:,.0f} / 1,200 / 1,200 |" in table
+
+
+def test_legs_split_each_code_s_way_at_its_marks_and_name_the_slow_ones_leg() -> None:
+    due = 100.0
+    expected = {(f"k{i}", "sms"): report.Expected("code", due) for i in range(100)}
+    expected[("order", "push")] = report.Expected("order", due)  # another kind: not counted
+    # visible 0.5 s after it was due, ruled on 0.1 s later, at the stub 0.05 s after that; the
+    # last code's transaction committed late (visible after 1.7 s); one was never ruled on
+    visible = {pair: due + (1.7 if pair == ("k99", "sms") else 0.5) for pair in expected}
+    ruled = {pair: t + 0.1 for pair, t in visible.items() if pair != ("k0", "sms")}
+    stub = {pair: t + 0.05 for pair, t in ruled.items()}
+    # the job's checkpoints completed 0.3 s before most became visible, 1.4 s before the late one
+    got = report.legs(expected, "code", {"visible": visible, "ruled": ruled, "stub": stub},
+                      [(due - 5) * 1000, (due + 0.2) * 1000, (due + 0.3) * 1000, (due + 3) * 1000])
+    assert (got["messages"], got["unmarked"], got["slowest"]) == (99, 1, 1)
+    assert got["legs_ms"]["visible"] == {"p50": 500.0, "p99": 1700.0, "max": 1700.0, "slowest_p50": 1700.0}
+    assert got["legs_ms"]["ruled"]["p50"] == pytest.approx(100.0)
+    assert got["legs_ms"]["stub"]["slowest_p50"] == pytest.approx(50.0)
+    assert got["legs_ms"]["after_checkpoint"] == {"p50": 200.0, "p99": 1400.0, "max": 1400.0, "slowest_p50": 1400.0}
+    before = report.legs(expected, "code", {"visible": visible, "ruled": ruled, "stub": stub}, [(due + 3) * 1000])
+    assert before["legs_ms"]["after_checkpoint"]["p50"] is None  # none completed before: not counted
+    empty = report.legs({}, "code", {"visible": {}, "ruled": {}, "stub": {}})
+    assert (empty["messages"], empty["legs_ms"]["visible"]["p99"], empty["legs_ms"]["visible"]["slowest_p50"]) \
+        == (0, None, None)
+    import json
+
+    from settings import REPO_ROOT
+
+    result = json.loads((REPO_ROOT / "bench/results/slo-2026-12-07-s42-3b-cp500-0350.json").read_text())
+    assert "Where the one-time codes' time went" not in report.markdown(result)  # recorded before the legs
+    flood = next(p for p in result["phases"] if p["name"] == "flood")
+    flood["code_legs"] = got
+    assert ("| flood | 99 (1 unmarked) | 500 / 1,700 / 1,700 | 200 / 1,400 / 1,400 | 100 / 100 / 100 | 50.0 / 50.0 / 50.0"
+            " | 1: 1,700 (1,400) / 100 / 50.0 |") in report.markdown(result)
