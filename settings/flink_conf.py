@@ -149,6 +149,7 @@ def kafka_sink(cfg: Settings) -> dict[str, str]:
         "enable.idempotence": "true",
         "compression.type": k.sink_compression,
         "linger.ms": str(k.sink_linger_ms),
+        "retry.backoff.ms": str(k.sink_retry_backoff_ms),
         "batch.size": "262144",
         "max.request.size": str(k.sink_max_request_bytes),
         **k.java_properties(),

@@ -64,6 +64,14 @@ class KafkaSettings(Section):
         zstd trade the TaskManager's CPU for smaller topics
     :param sink_linger_ms: linger.ms of the job's sink: bigger producer batches, at most this
         much more latency
+    :param sink_retry_backoff_ms: retry.backoff.ms of the job's sink. Each checkpoint the sink
+        starts its next transaction under a new transactional id, and the producer it recycles
+        still knows the coordinator of its old one: on a cluster of several brokers the
+        InitProducerId goes to the wrong one, is refused (NOT_COORDINATOR), and the client
+        sleeps this long before sending it again to the right one, inside the checkpoint's
+        synchronous phase. Kafka's 100 ms was most of a checkpoint on three brokers
+        (bench/README.md); a produce retry still backs off exponentially from here up to
+        ``retry.backoff.max.ms`` (1 s)
     :param sink_max_request_bytes: max.request.size of the job's sink: must hold the largest
         output record the dedup.* limits allow, and no output topic may take less (checked at start)
     :param source_fetch_min_bytes: fetch.min.bytes of the job's source: the broker answers a
@@ -90,6 +98,7 @@ class KafkaSettings(Section):
     local_controller_port: int = 9093
     sink_compression: str = "none"
     sink_linger_ms: int = 10
+    sink_retry_backoff_ms: int = Field(default=10, ge=0)
     sink_max_request_bytes: int = 1_048_576
     source_fetch_min_bytes: int = Field(default=65_536, ge=1)
     source_fetch_max_wait_ms: int = Field(default=50, ge=0)

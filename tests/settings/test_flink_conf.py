@@ -131,12 +131,12 @@ def test_strings_for_a_configuration() -> None:
 def test_kafka_source_and_sink_properties_follow_the_settings() -> None:
     cfg = Settings().with_overrides(
         flink={"transaction_timeout_ms": 123_000},
-        kafka={"sink_linger_ms": 7, "sink_compression": "lz4", "sink_max_request_bytes": 2_000_000,
+        kafka={"sink_linger_ms": 7, "sink_retry_backoff_ms": 3, "sink_compression": "lz4", "sink_max_request_bytes": 2_000_000,
                "security_protocol": "SSL", "ssl_ca_location": "/ca.pem", "source_fetch_min_bytes": 4096,
                "source_fetch_max_wait_ms": 25},
     )
     sink = flink_conf.kafka_sink(cfg)
-    assert sink["transaction.timeout.ms"] == "123000" and sink["linger.ms"] == "7"
+    assert sink["transaction.timeout.ms"] == "123000" and sink["linger.ms"] == "7" and sink["retry.backoff.ms"] == "3"
     assert sink["compression.type"] == "lz4" and sink["max.request.size"] == "2000000"
     assert sink["enable.idempotence"] == "true" and sink["security.protocol"] == "SSL"
     source = flink_conf.kafka_source(cfg)
