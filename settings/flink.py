@@ -27,10 +27,11 @@ class FlinkSettings(Section):
     :param savepoint_dir: where savepoints go when no target is given; empty: ``checkpoint_dir``
     :param checkpoint_interval_ms: also the latency of exactly-once output: a one-time code waits
         for the rest of the interval and the checkpoint itself (codes API -> provider p99 during
-        a campaign flood: one broker, 1 s 1.3 s, 500 ms 0.8-0.9 s; three brokers on 2 cores, 1 s
-        1.36-1.61 s, 500 ms 1.32-2.33 s, the extra checkpoints' CPU costing more than they buy;
-        5 s 5.3 s; README "The checkpoint interval", bench/results/checkpoint-interval-2026-12-07/);
-        the pause between two checkpoints is at least half of it
+        a campaign flood: one broker, 1 s 1.2-1.3 s, 500 ms 0.8-0.9 s; three brokers on 2 cores,
+        with the sink's retry backoff at 10 ms (``kafka.sink_retry_backoff_ms``), 1 s 1.56-2.04 s,
+        500 ms 0.78-1.17 s; 5 s 5.3 s; what 500 ms costs the job: README "The checkpoint
+        interval", bench/results/checkpoint-interval-2026-12-07/); the pause between two
+        checkpoints is at least half of it
     :param checkpoint_timeout_ms: a checkpoint slower than this fails
     :param transaction_timeout_ms: Kafka transaction timeout of the sink; below the broker's
         transaction.max.timeout.ms (15 min) and above checkpoint interval + restart time
@@ -54,7 +55,7 @@ class FlinkSettings(Section):
     max_parallelism: int = 128
     checkpoint_dir: str = ".data/checkpoints"
     savepoint_dir: str = ""
-    checkpoint_interval_ms: int = 1_000
+    checkpoint_interval_ms: int = 500
     checkpoint_timeout_ms: int = 120_000
     transaction_timeout_ms: int = 600_000
     transactional_id_prefix: str = "notify-dedup"

@@ -659,8 +659,8 @@ def test_flink_conf_key_settings(flink_conf):
     assert c["execution.checkpointing.savepoint-dir"] == "file:///data/savepoints"
     assert c["execution.checkpointing.externalized-checkpoint-retention"] == "RETAIN_ON_CANCELLATION"
     assert c["execution.checkpointing.num-retained"] == 3
-    assert c["execution.checkpointing.interval"] == "1s"
-    assert c["execution.checkpointing.min-pause"] == "500ms"
+    assert c["execution.checkpointing.interval"] == "500ms"
+    assert c["execution.checkpointing.min-pause"] == "250ms"
     assert c["execution.checkpointing.mode"] == "EXACTLY_ONCE"
     assert c["restart-strategy.type"] in ("exponential-delay", "fixed-delay")
     if c["restart-strategy.type"] == "fixed-delay":
