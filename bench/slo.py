@@ -486,6 +486,8 @@ def figures(slo: Slo, phases: list[dict[str, Any]], arrivals: dict[str, dict[str
     for channel_arrivals in arrivals.values():
         at_stub.update(report.by_request(channel_arrivals))
     channels_of = slo.channels_of()
+    completions = sorted(float(e["latest_ack_timestamp"]) for e in slo.checkpoints.completed()) \
+        if marks is not None and slo.checkpoints is not None else []
     for p in phases:
         p["notes"] = []
         records = slo.records.get(p["name"], [])
@@ -508,8 +510,6 @@ def figures(slo: Slo, phases: list[dict[str, Any]], arrivals: dict[str, dict[str
         p["lost"] = sum(o.lost for o in outcomes.values())
         p["repeated_provider_keys"] = report.repeated_calls(repeats, expected)
         if marks is not None:
-            completions = sorted(float(e["latest_ack_timestamp"]) for e in slo.checkpoints.completed()) \
-                if slo.checkpoints is not None else []
             p["code_legs"] = report.legs(expected, "code", {**marks, "stub": at_stub}, completions)
         if not p["settled"]:
             p["notes"].append(f"not every message at the stubs {p['settle_s']:.0f} s after the phase")

@@ -165,9 +165,9 @@ def legs(expected: Mapping[tuple[str, str], Expected], kind: str,
         completed = bisect.bisect_right(completions_ms, points[1] * 1000)
         way.append(points[1] * 1000 - completions_ms[completed - 1] if completed else math.nan)
         ways.append(way)
-    totals = sorted(sum(w[: len(LEGS)]) for w in ways)
-    p99 = nearest_rank(totals, 99)
-    slowest = [w for w in ways if p99 is not None and sum(w[: len(LEGS)]) >= p99]
+    totals = [sum(w[: len(LEGS)]) for w in ways]
+    p99 = nearest_rank(sorted(totals), 99)
+    slowest = [w for w, total in zip(ways, totals, strict=True) if p99 is not None and total >= p99]
     out: dict[str, Any] = {"messages": len(ways), "unmarked": unmarked, "slowest": len(slowest), "legs_ms": {}}
     for i, name in enumerate([*(name for name, _ in LEGS), "after_checkpoint"]):
         every = sorted(w[i] for w in ways if not math.isnan(w[i]))
