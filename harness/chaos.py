@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import KafkaError
+
 from harness.cluster import LocalCluster
 from harness.local_kafka import LocalCluster as KafkaCluster
 from harness.ports import free_port
@@ -61,6 +63,9 @@ class ChaosPlan:
         ``flink run -py``); a kill is then a TaskManager SIGKILL, and the JobManager restores
     :param progress_s: every this many seconds, a progress line (requests produced, output offsets
         readable); 0: none
+    :param budget_s: the whole run's time, from the broker's start: the waits for the producer and
+        for the output end there, and the report says what was left (a test's timeout would lose
+        the run's account); None: no limit beyond each wait's own
     """
 
     requests: int = 200_000
@@ -77,6 +82,7 @@ class ChaosPlan:
     broker_kills: int = 0
     brokers: int = 1
     broker_down_s: tuple[float, float] = (12.0, 20.0)
+    budget_s: float | None = None
 
 
 @dataclass
@@ -208,9 +214,11 @@ def wait_watermark(rest: RestClient, at_least: int, timeout_s: float = 300.0) ->
 
 @dataclass
 class Produced:
-    """How many of the stream's records the producer has handed to its client so far."""
+    """How many of the stream's records the producer has handed to its client so far, and why it
+    stopped early if it did."""
 
     records: int = 0
+    failure: str | None = None
 
 
 def producer_thread(cfg: Settings, stream: Stream, rate: int, done: threading.Event,
@@ -223,6 +231,21 @@ def producer_thread(cfg: Settings, stream: Stream, rate: int, done: threading.Ev
     count = produced if produced is not None else Produced()
 
     def run() -> None:
+        try:
+            produce()
+        except Exception as exc:  # noqa: BLE001 - the run's report says it, and its waits end now
+            logger.exception("the chaos producer stopped after %d records", count.records)
+            count.failure = f"{type(exc).__name__}: {exc}"
+        finally:
+            done.set()
+
+    def produce() -> None:
+        failed: list[str] = []  # a record the broker never took is the producer's loss, not the job's
+
+        def on_delivery(err: KafkaError | None, _msg: object) -> None:
+            if err is not None:
+                failed.append(str(err))
+
         prod = kafka_io.producer(cfg.kafka.client_config(), **{"delivery.timeout.ms": "600000"})
         start = time.monotonic()
         for i, rec in enumerate(stream.records):
@@ -238,16 +261,17 @@ def producer_thread(cfg: Settings, stream: Stream, rate: int, done: threading.Ev
                 time.sleep(ahead)
             while True:
                 try:
-                    prod.produce(cfg.topics.requests, key=rec.key, value=rec.value, partition=rec.partition)
+                    prod.produce(cfg.topics.requests, key=rec.key, value=rec.value, partition=rec.partition,
+                                 on_delivery=on_delivery)
                     break
                 except BufferError:
                     prod.poll(0.1)
             prod.poll(0)
             count.records = i + 1
         remaining = prod.flush(600)
-        if remaining:
-            logger.error("%d records were never delivered", remaining)
-        done.set()
+        if remaining or failed:
+            raise RuntimeError("; ".join([*([f"{remaining} records still unsent after 600 s"] if remaining else []),
+                                          *([f"{len(failed)} refused (the first: {failed[0]})"] if failed else [])]))
 
     thread = threading.Thread(target=run, name="producer", daemon=True)
     thread.start()
@@ -451,10 +475,18 @@ def run_chaos(plan: ChaosPlan, say: Callable[[str], None] = print, work: Path | 
                     job.start(parallelism, location.removeprefix("file:"))
                 wait_running(rest)
                 act(f"resumed from it at parallelism {parallelism}")
-        produced.wait(timeout=plan.requests / plan.rate + 600)
-        act("every record produced; waiting for the output")
+        budget_end = t0 + plan.budget_s if plan.budget_s is not None else float("inf")
+        if not produced.wait(timeout=max(0.0, min(plan.requests / plan.rate + 600, budget_end - time.monotonic()))):
+            report.problems.append(f"the producer handed over {count.records:,} of {len(stream.records):,} records "
+                                   "and had not flushed them when its wait ended")
+            act(report.problems[-1])
+        elif count.failure is not None:
+            report.problems.append(f"the producer stopped after {count.records:,} records: {count.failure}")
+            act(report.problems[-1])
+        else:
+            act("every record produced; waiting for the output")
         total = sum(report.expected.values())
-        deadline = time.monotonic() + plan.settle_timeout_s
+        deadline = min(time.monotonic() + plan.settle_timeout_s, budget_end)
         actual = read_outputs(cfg)
         while sum(len(v) for v in actual.values()) < total and time.monotonic() < deadline:
             time.sleep(5)
@@ -469,7 +501,7 @@ def run_chaos(plan: ChaosPlan, say: Callable[[str], None] = print, work: Path | 
         if own_kafka:
             kafka.stop()
     report.actual = Counter({t: len(v) for t, v in actual.items()})
-    report.problems = diff_records(expected, actual, cfg.topics)
+    report.problems += diff_records(expected, actual, cfg.topics)
     kills = sum("SIGKILL the job" in a or "SIGKILL TaskManager" in a for a in report.actions)
     act(f"done: {kills} kills, {plan.broker_restarts} broker restarts, {plan.broker_kills} broker kills, "
         f"{plan.rescales} savepoint rescales")

@@ -313,7 +313,8 @@ def test_the_api_accepts_through_a_broker_sigkill(three: CliCluster, tmp_path: P
     nodes, sent 40 requests/s open loop while the node leading most of the requests topic's
     partitions is SIGKILLed, kept down past its fencing and started again: at least 99.9% of the
     requests are answered 202 (a request waits for its acknowledgement while its partition moves,
-    it is not refused), and the requests topic holds each 202's request once (read_committed)."""
+    it is not refused), and the requests topic holds each 202's request (read_committed), at most
+    repeated as the same record by the producer's retry."""
     import asyncio
 
     import httpx
@@ -367,13 +368,24 @@ def test_the_api_accepts_through_a_broker_sigkill(three: CliCluster, tmp_path: P
     print(f"node {outages[0].node} fenced {outages[0].fenced_after_s:.1f} s after its SIGKILL, back in sync after"
           f" {outages[0].back_in_sync_after_s:.1f} s")
     statuses = Counter(status for status, _ in answers)
-    accepted = [nid for status, nid in answers if status == 202]
+    accepted = [nid for status, nid in answers if status == 202 and nid is not None]
+    assert len(accepted) == statuses[202]  # every 202 names its notification
     assert len(answers) == int(rate * seconds)
     assert len(accepted) >= 0.999 * len(answers), statuses
-    written = Counter(codec.decode("notification_request", m.value)["notification_id"]
-                      for m in kafka_io.read_committed(cfg.kafka.client_config(), [cfg.topics.requests],
-                                                       idle_timeout_s=10, until_end=True) if m.value is not None)
-    assert all(written[nid] == 1 for nid in accepted), [nid for nid in accepted if written[nid] != 1][:5]
+    copies: dict[str, set[bytes]] = {}  # notification id -> the distinct records written for it
+    written: Counter[str] = Counter()
+    for m in kafka_io.read_committed(cfg.kafka.client_config(), [cfg.topics.requests], idle_timeout_s=10,
+                                     until_end=True):
+        assert m.value is not None
+        nid = codec.decode("notification_request", m.value)["notification_id"]
+        written[nid] += 1
+        copies.setdefault(nid, set()).add(m.value)
+    assert all(written[nid] >= 1 for nid in accepted), [nid for nid in accepted if not written[nid]][:5]
+    # the producer is not the idempotent one (api/producer.py): a produce request whose answer was
+    # lost with the node is sent again and may be written twice, the same record, which the dedup
+    # job suppresses by its key like a caller's retry; never a different one
+    assert all(len(copies[nid]) == 1 for nid in accepted)
+    print(f"{len(accepted)} accepted, {sum(n > 1 for n in written.values())} written twice by a retry")
 
 
 def test_losing_the_active_controller_elects_another_fences_the_node_and_writes_go_on(three: CliCluster) -> None:
