@@ -7,14 +7,17 @@ fixed load). :class:`CheckpointLog` polls the history often enough to see each c
 keeps them by id; :func:`summarize` gives the checkpoints triggered within one window of the run
 (wall-clock epoch ms, as Flink's timestamps are): how many, how often, how long each took from
 trigger to the last acknowledgement (``end_to_end_duration``: what a read_committed reader waits
-for on top of the interval), and how much each wrote.
+for on top of the interval), and how much each wrote. Given ``details``, it also asks, once per
+completed checkpoint, for each task's slowest subtask's phases (:func:`subtask_phases`): when its
+barrier reached it, its synchronous part (the task stops processing: the sink's flush and
+pre-commit happen there), its asynchronous part, and its alignment.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from bench.measure import percentile
@@ -23,6 +26,27 @@ from ops.flink_rest import RestClient
 #: the fields of a history entry that are kept (Flink's names)
 FIELDS = ("id", "status", "trigger_timestamp", "latest_ack_timestamp", "end_to_end_duration",
           "checkpointed_size", "state_size", "alignment_buffered", "processed_data", "persisted_data")
+
+
+#: of each task, per checkpoint, the slowest subtask's (ms; Flink's per-subtask summary)
+PHASES = ("start_delay", "sync", "async", "alignment")
+
+
+def subtask_phases(rest: RestClient, job_id: str, vertices: Mapping[str, str], checkpoint_id: int
+                   ) -> dict[str, dict[str, float]]:
+    """One checkpoint's :data:`PHASES` per task (``vertices``: name -> id), each the slowest
+    subtask's (``/jobs/:id/checkpoints/details/:cid/subtasks/:vid``, while the checkpoint is in
+    the REST API's history)."""
+    out = {}
+    for name, vid in vertices.items():
+        summary = rest.call("GET", f"/jobs/{job_id}/checkpoints/details/{checkpoint_id}/subtasks/{vid}")["summary"]
+        out[name] = {
+            "start_delay": float(summary["start_delay"]["max"]),
+            "sync": float(summary["checkpoint_duration"]["sync"]["max"]),
+            "async": float(summary["checkpoint_duration"]["async"]["max"]),
+            "alignment": float(summary["alignment"]["duration"]["max"]),
+        }
+    return out
 
 
 def job_history(rest: RestClient, job_id: str) -> list[dict[str, Any]]:
@@ -34,11 +58,14 @@ def job_history(rest: RestClient, job_id: str) -> list[dict[str, Any]]:
 class CheckpointLog(threading.Thread):
     """Polls ``fetch()`` (the ``history`` list of ``/jobs/:id/checkpoints``) every ``interval_s``
     and keeps every entry by checkpoint id, the last answer for each (an in-progress checkpoint
-    is seen again once completed)."""
+    is seen again once completed); ``details(id)``, if given, once for each completed one: its
+    ``phases`` (None when the asking failed)."""
 
-    def __init__(self, fetch: Callable[[], Sequence[dict[str, Any]]], interval_s: float = 0.5) -> None:
+    def __init__(self, fetch: Callable[[], Sequence[dict[str, Any]]], interval_s: float = 0.5,
+                 details: Callable[[int], dict[str, dict[str, float]]] | None = None) -> None:
         super().__init__(name="checkpoint-log", daemon=True)
         self._fetch = fetch
+        self._details = details
         self.interval_s = interval_s
         self.entries: dict[int, dict[str, Any]] = {}
         self.errors = 0
@@ -57,7 +84,17 @@ class CheckpointLog(threading.Thread):
         for entry in history:
             if entry.get("is_savepoint"):
                 continue
-            self.entries[int(entry["id"])] = {k: entry.get(k) for k in FIELDS}
+            cid = int(entry["id"])
+            kept = {k: entry.get(k) for k in FIELDS}
+            if "phases" in self.entries.get(cid, {}):
+                kept["phases"] = self.entries[cid]["phases"]
+            elif self._details is not None and kept["status"] == "COMPLETED":
+                try:
+                    kept["phases"] = self._details(cid)
+                except Exception:  # noqa: BLE001 - asked once: it may have left the history meanwhile
+                    self.errors += 1
+                    kept["phases"] = None
+            self.entries[cid] = kept
 
     def stop(self) -> None:
         if not self._stop_event.is_set():
@@ -101,4 +138,18 @@ def summarize(log: CheckpointLog | None, t0_ms: int, t1_ms: int) -> dict[str, An
         "between_completions_ms_p50": percentile(gaps, 50),
         "between_completions_ms_max": gaps[-1] if gaps else None,
         "checkpointed_bytes_mean": sum(sizes) / len(sizes) if sizes else None,
+        "phases_ms": phase_percentiles([e["phases"] for e in done if e.get("phases")]),
     }
+
+
+def phase_percentiles(phases: Sequence[Mapping[str, Mapping[str, float]]]) -> dict[str, dict[str, Any]]:
+    """Task -> phase -> p50/p99/max over checkpoints, of each checkpoint's slowest subtask."""
+    tasks = sorted({task for one in phases for task in one})
+    out: dict[str, dict[str, Any]] = {}
+    for task in tasks:
+        out[task] = {"checkpoints": sum(task in one for one in phases)}
+        for phase in PHASES:
+            values = sorted(one[task][phase] for one in phases if task in one)
+            out[task][phase] = {"p50": percentile(values, 50), "p99": percentile(values, 99),
+                                "max": values[-1] if values else None}
+    return out

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import slo_report as report
-from bench.checkpoints import CheckpointLog, epoch_ms, job_history
+from bench.checkpoints import CheckpointLog, epoch_ms, job_history, subtask_phases
 from bench.checkpoints import summarize as summarize_checkpoints
 from bench.lane_watch import LaneWatch
 from bench.measure import (
@@ -232,8 +232,10 @@ class Slo:
         _wait_ready(url, procs["api"].popen, procs["api"].log, timeout_s=180)
         rest = RestClient(f"http://127.0.0.1:{cfg.flink.rest_port}")
         job_id = wait_running(rest, timeout_s=300)
-        # the REST API keeps the last 10 checkpoints (10 s at the default interval): every second
-        self.checkpoints = CheckpointLog(partial(job_history, rest, job_id), interval_s=1.0)
+        # the REST API keeps the last 10 checkpoints (5 s at the default interval): every second;
+        # each completed one's phases per task: a call per task (3), ~3 calls a checkpoint
+        self.checkpoints = CheckpointLog(partial(job_history, rest, job_id), interval_s=1.0,
+                                         details=partial(subtask_phases, rest, job_id, rest.vertex_ids(job_id)))
         self.checkpoints.start()
         for node in cluster.nodes:
             pid = node.pid()

@@ -325,6 +325,19 @@ def markdown(result: Mapping[str, Any]) -> str:
                 gaps = f"{_ms(c['between_completions_ms_p50'])} / {_ms(c['between_completions_ms_max'])}"
                 took = " / ".join(_ms(c[k]) for k in ("duration_ms_p50", "duration_ms_p99", "duration_ms_max"))
                 lines.append(f"| {p['name']} | {c['completed']} | {c['failed']} | {gaps} | {took} |")
+    if any((p.get("checkpoints") or {}).get("phases_ms") for p in result["phases"]):
+        lines += ["", "Of those checkpoints, each task's slowest subtask (Flink's per-subtask figures; ms): from"
+                  " the trigger to its barrier (start delay); its synchronous part, where the task processes"
+                  " nothing (the Kafka sink's flush and its next transaction's start are there); its"
+                  " asynchronous part; its alignment:", "",
+                  "| phase | task | checkpoints | start delay p50 / p99 | sync p50 / p99 / max | async p50 / p99 |"
+                  " alignment p99 |", "|---|---|--:|--:|--:|--:|--:|"]
+        for p in result["phases"]:
+            for task, f in ((p.get("checkpoints") or {}).get("phases_ms") or {}).items():
+                delay = f"{_ms(f['start_delay']['p50'])} / {_ms(f['start_delay']['p99'])}"
+                sync = " / ".join(_ms(f["sync"][k]) for k in ("p50", "p99", "max"))
+                lines.append(f"| {p['name']} | {task_label(task)} | {f['checkpoints']} | {delay} | {sync} |"
+                             f" {_ms(f['async']['p50'])} / {_ms(f['async']['p99'])} | {_ms(f['alignment']['p99'])} |")
     groups = list(result["phases"][0]["cpu_cores"]) if result["phases"] else []
     jvms = list(result["phases"][0].get("jit_cores", {})) if result["phases"] else []
     lines += ["", "CPU of each service from the phase's first request until its messages were delivered"
@@ -337,6 +350,13 @@ def markdown(result: Mapping[str, Any]) -> str:
         lines.append(f"| {name} | " + " | ".join(_cores(cores.get(g)) for g in groups)
                      + "".join(f" | {_cores(jit.get(g), 3)}" for g in jvms) + " |")
     return "\n".join(lines) + "\n"
+
+
+def task_label(name: str) -> str:
+    """A Flink task's name (its chained operators, ``a -> b -> c``) short enough for a table."""
+    ops = name.split(" -> ")
+    label = ops[0] if len(ops) == 1 else f"{ops[0]} -> ... -> {ops[-1]}"
+    return label if len(label) <= 70 else label[:67] + "..."
 
 
 def _cores(value: float | None, digits: int = 2) -> str:

@@ -44,3 +44,35 @@ def test_checkpoints_the_log_never_saw_are_counted_as_unseen() -> None:
     assert got is not None
     assert (got["completed"], got["failed"], got["unseen"]) == (2, 1, 2)
     assert summarize(None, 0, 100) is None
+
+
+def test_each_completed_checkpoints_phases_are_asked_once_and_summed_per_task() -> None:
+    asked: list[int] = []
+
+    def details(cid: int) -> dict[str, dict[str, float]]:
+        asked.append(cid)
+        if cid == 3:
+            raise RuntimeError("left the history")
+        return {"keyed": {"start_delay": 1.0 * cid, "sync": 10.0 * cid, "async": 2.0, "alignment": 0.0},
+                **({"source": {"start_delay": 0.0, "sync": 1.0, "async": 1.0, "alignment": 0.0}} if cid == 1 else {})}
+
+    polls = [[entry(1, trigger=10), entry(2, "IN_PROGRESS", trigger=20)],
+             [entry(2, trigger=20), entry(3, trigger=30)],
+             [entry(2, trigger=20), entry(3, trigger=30), entry(4, "FAILED", trigger=40)]]
+    log = CheckpointLog(lambda: polls.pop(0), details=details)
+    for _ in range(3):
+        log.poll()
+    assert asked == [1, 2, 3]  # completed ones, each once; not while in progress, not a failed one
+    assert log.errors == 1 and log.entries[3]["phases"] is None
+    got = summarize(log, 0, 100)
+    assert got is not None
+    keyed = got["phases_ms"]["keyed"]
+    assert keyed["checkpoints"] == 2 and keyed["sync"]["max"] == 20.0 and keyed["start_delay"]["max"] == 2.0
+    assert got["phases_ms"]["source"]["checkpoints"] == 1
+
+
+def test_a_log_without_details_has_no_phases() -> None:
+    log = CheckpointLog(lambda: [entry(1, trigger=10)])
+    log.poll()
+    got = summarize(log, 0, 100)
+    assert got is not None and got["phases_ms"] == {}

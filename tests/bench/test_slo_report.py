@@ -140,6 +140,16 @@ def test_the_report_tables_the_job_s_checkpoints_per_phase_and_old_results_still
     table = report.markdown(result)
     assert "The job's checkpoints triggered" in table
     assert f"| flood | 4 | 1 | 660 / 1,550 | {c['duration_ms_p50']:,.0f} / 1,200 / 1,200 |" in table
+    assert "each task's slowest subtask" not in table  # no phases asked for
+
+    task = "Source: requests -> Timestamps/Watermarks -> Map"
+    for cid, entry in log.entries.items():
+        entry["phases"] = {task: {"start_delay": 2.0 * cid, "sync": 10.0 * cid, "async": 3.0, "alignment": 0.0}}
+    flood["checkpoints"] = summarize(log, 10_000, 13_000)
+    table = report.markdown(result)
+    assert "each task's slowest subtask" in table
+    # checkpoints 1, 2, 4 and 5: sync 10, 20, 40, 50 ms
+    assert "| flood | Source: requests -> ... -> Map | 4 | 4.0 / 10.0 | 20.0 / 50.0 / 50.0 | 3.0 / 3.0 | 0.0 |" in table
 
 
 def test_legs_split_each_code_s_way_at_its_marks_and_name_the_slow_ones_leg() -> None:
