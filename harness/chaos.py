@@ -24,10 +24,11 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from harness.cluster import LocalCluster
 from harness.local_kafka import LocalCluster as KafkaCluster
@@ -241,41 +242,85 @@ def producer_thread(cfg: Settings, stream: Stream, rate: int, done: threading.Ev
 
     def produce() -> None:
         failed: list[str] = []  # a record the broker never took is the producer's loss, not the job's
+        fatal: list[str] = []  # the client's fatal error, as its delivery reports say it
 
         def on_delivery(err: KafkaError | None, _msg: object) -> None:
             if err is not None:
-                failed.append(str(err))
+                (fatal if err.fatal() else failed).append(str(err))
 
-        prod = kafka_io.producer(cfg.kafka.client_config(), **{"delivery.timeout.ms": "600000"})
-        start = time.monotonic()
-        for i, rec in enumerate(stream.records):
-            if i == stream.spec.late_after:
-                prod.flush(600)
-                try:
-                    before_late()
-                except Exception:  # noqa: BLE001 - go on: the run's comparison shows what it cost
-                    logger.exception("the late requests go out without the job's first watermark")
-                start = time.monotonic() - i / rate
-            ahead = i / rate - (time.monotonic() - start)
-            if ahead > 0:
-                time.sleep(ahead)
-            while True:
-                try:
-                    prod.produce(cfg.topics.requests, key=rec.key, value=rec.value, partition=rec.partition,
-                                 on_delivery=on_delivery)
-                    break
-                except BufferError:
-                    prod.poll(0.1)
+        def check(prod: Producer) -> None:
             prod.poll(0)
-            count.records = i + 1
-        remaining = prod.flush(600)
-        if remaining or failed:
-            raise RuntimeError("; ".join([*([f"{remaining} records still unsent after 600 s"] if remaining else []),
-                                          *([f"{len(failed)} refused (the first: {failed[0]})"] if failed else [])]))
+            if fatal:
+                raise KafkaException(KafkaError(KafkaError._FATAL, fatal[0], fatal=True))
+
+        new_producer = partial(kafka_io.producer, cfg.kafka.client_config(), **{"delivery.timeout.ms": "600000"})
+        prod, on_topic, watermark_waited, restarts = new_producer(), set[int](), False, 0
+        start = time.monotonic()
+        i = 0
+        while i < len(stream.records):
+            rec = stream.records[i]
+            try:
+                if i >= stream.spec.late_after and not watermark_waited:
+                    prod.flush(600)
+                    check(prod)
+                    try:
+                        before_late()
+                    except Exception:  # noqa: BLE001 - go on: the run's comparison shows what it cost
+                        logger.exception("the late requests go out without the job's first watermark")
+                    watermark_waited = True
+                    start = time.monotonic() - i / rate
+                ahead = i / rate - (time.monotonic() - start)
+                if ahead > 0:
+                    time.sleep(ahead)
+                while i not in on_topic:
+                    try:
+                        prod.produce(cfg.topics.requests, key=rec.key, value=rec.value, partition=rec.partition,
+                                     on_delivery=on_delivery)
+                        break
+                    except BufferError:
+                        prod.poll(0.1)
+                check(prod)
+                if i == len(stream.records) - 1:
+                    remaining = prod.flush(600)
+                    check(prod)
+                    if remaining or failed:
+                        raise RuntimeError("; ".join(
+                            [*([f"{remaining} records still unsent after 600 s"] if remaining else []),
+                             *([f"{len(failed)} refused (the first: {failed[0]})"] if failed else [])]))
+            except KafkaException as exc:
+                if not exc.args[0].fatal() or restarts == 3:
+                    raise
+                # an idempotent producer's fatal error (librdkafka: its sequence lost with a broker):
+                # a new one goes on from what the topic holds, each partition's records in order
+                restarts += 1
+                logger.warning("the chaos producer's client failed (%s); a new one goes on", exc.args[0].str())
+                prod, fatal[:] = new_producer(), []
+                on_topic = records_on_topic(cfg, stream)
+                i = min((j for j in range(len(stream.records)) if j not in on_topic), default=len(stream.records))
+                continue
+            count.records = max(count.records, i + 1)
+            i += 1
 
     thread = threading.Thread(target=run, name="producer", daemon=True)
     thread.start()
     return thread
+
+
+def records_on_topic(cfg: Settings, stream: Stream) -> set[int]:
+    """The stream's records already on the requests topic (their indices): each partition must hold
+    the first of the stream's records for it, in order, and nothing else."""
+    held: dict[int, list[bytes | None]] = {}
+    for m in kafka_io.read_committed(cfg.kafka.client_config(), [cfg.topics.requests], idle_timeout_s=10,
+                                     until_end=True):
+        held.setdefault(m.partition, []).append(m.value)
+    found: set[int] = set()
+    for partition, values in held.items():
+        mine = [j for j, r in enumerate(stream.records) if r.partition == partition][: len(values)]
+        if [stream.records[j].value for j in mine] != values:
+            raise RuntimeError(f"partition {partition} of {cfg.topics.requests} holds other records than the"
+                               " stream's first ones: the stream cannot go on exactly")
+        found.update(mine)
+    return found
 
 
 def expected_outputs(stream: Stream, cfg: Settings) -> dict[str, list[dict[str, Any]]]:
