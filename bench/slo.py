@@ -233,7 +233,7 @@ class Slo:
         rest = RestClient(f"http://127.0.0.1:{cfg.flink.rest_port}")
         job_id = wait_running(rest, timeout_s=300)
         # the REST API keeps the last 10 checkpoints (5 s at the default interval): every second;
-        # each completed one's phases per task: a call per task (3), ~3 calls a checkpoint
+        # each completed one's phases per task: a call per task (the job has 2), once a checkpoint
         self.checkpoints = CheckpointLog(partial(job_history, rest, job_id), interval_s=1.0,
                                          details=partial(subtask_phases, rest, job_id, rest.vertex_ids(job_id)))
         self.checkpoints.start()

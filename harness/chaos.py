@@ -294,7 +294,9 @@ def producer_thread(cfg: Settings, stream: Stream, rate: int, done: threading.Ev
                 # a new one goes on from what the topic holds, each partition's records in order
                 restarts += 1
                 logger.warning("the chaos producer's client failed (%s); a new one goes on", exc.args[0].str())
-                prod, fatal[:] = new_producer(), []
+                # the topic read back is the truth now: what the old client reported (as it is
+                # dropped, too) is not counted against the new one
+                prod, fatal[:], failed[:] = new_producer(), [], []
                 on_topic = records_on_topic(cfg, stream)
                 i = min((j for j in range(len(stream.records)) if j not in on_topic), default=len(stream.records))
                 continue
