@@ -76,6 +76,10 @@ class ApiMetrics:
                                      buckets=SHORT_BUCKETS, registry=r)
         self.store_call = Histogram(names.API_STORE_CALL_SECONDS, "A store call's own time in its thread",
                                     buckets=SHORT_BUCKETS, registry=r)
+        self.store_lock_wait = Histogram(names.API_STORE_LOCK_WAIT_SECONDS, "A SQLite write transaction's wait for"
+                                         " the file's write lock, by connection: writer (the idempotency"
+                                         " rounds), budgets (the rate leases), routes (the rest)",
+                                         ("connection",), buckets=SHORT_BUCKETS, registry=r)
         self.reservation_batch = Histogram(names.API_RESERVATION_BATCH, "Idempotency reservations per store"
                                            " transaction", buckets=BATCH_BUCKETS, registry=r)
         self.reservation = Histogram(names.API_RESERVATION_SECONDS, "A request's idempotency reservation, from"

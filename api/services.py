@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from fastapi import Request
@@ -88,9 +88,20 @@ def build_services(cfg: Settings) -> Services:
     """Everything the API needs; a wrong setting (store, keys, templates, secrets) stops the start."""
     s, api = cfg.senders, cfg.api
     store = StoreAccess.of(cfg)
-    opener = store.open
-
     metrics = ApiMetrics()
+
+    def timed(open_db: Callable[[], Database], connection: str) -> Callable[[], Database]:
+        """``open_db``, its connections telling their write-lock waits to the metric."""
+        wait = metrics.store_lock_wait.labels(connection)
+
+        def opened() -> Database:
+            db = open_db()
+            db.on_lock_wait = wait.observe
+            return db
+
+        return opened
+
+    opener = timed(store.open, "routes")
 
     def observe_store(queued_s: float, call_s: float) -> None:
         metrics.store_queue.observe(queued_s)
@@ -100,7 +111,7 @@ def build_services(cfg: Settings) -> Services:
     pool = StorePool(opener, api.store_threads if is_postgres(store.location) else 1, observe_store)
     # the rate budgets' leases: a thread of their own, on SQLite on the requests file alone, so a
     # lease waits neither for the senders' lock on the store file nor behind the pool's calls
-    budgets = StorePool(store.open_requests, 1, observe_store, prepare_tables=False)
+    budgets = StorePool(timed(store.open_requests, "budgets"), 1, observe_store, prepare_tables=False)
     limits = cfg.dedup.request_limits()
     client = cfg.kafka.client_config()
     cipher = contact_cipher(cfg)
@@ -182,8 +193,8 @@ def build_services(cfg: Settings) -> Services:
                              on_lease=lambda bucket: metrics.rate_grants.labels(bucket).inc()),
         singletons=singletons,
         elector=Elector(opener, ttl_ms=api.lease_ttl_ms, on_elected=elected, on_deposed=deposed),
-        writer=StoreWriter(store.open_requests, terms, read_profiles, api.writer_max_batch, api.writer_round_ms / 1000,
-                           metrics.reservation_batch.observe, metrics.reservation.observe),
+        writer=StoreWriter(timed(store.open_requests, "writer"), terms, read_profiles, api.writer_max_batch,
+                           api.writer_round_ms / 1000, metrics.reservation_batch.observe, metrics.reservation.observe),
         profiles=profiles,
         profile_reads=reads,
         metrics=metrics,

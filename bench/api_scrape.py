@@ -20,6 +20,7 @@ HISTOGRAMS = {
     "loop_lag": (names.API_LOOP_LAG_SECONDS, {}),
     "store_queue": (names.API_STORE_QUEUE_SECONDS, {}),
     "store_call": (names.API_STORE_CALL_SECONDS, {}),
+    "lock_wait": (names.API_STORE_LOCK_WAIT_SECONDS, {}),
     "reservation_batch": (names.API_RESERVATION_BATCH, {}),
     "reservation": (names.API_RESERVATION_SECONDS, {}),
     "gc_pause": (names.API_GC_PAUSE_SECONDS, {}),

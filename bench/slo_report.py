@@ -25,7 +25,8 @@ RULED = ("skipped", "rejected")
 
 #: what the API saw of a phase (its /metrics, ms; bench.api_scrape's names), recorded by bench.slo
 #: and tabled here: accept, Kafka ack, reservation, loop lag, the store, the collector
-API_HISTOGRAMS = ("accept_202", "kafka_ack", "reservation", "loop_lag", "store_queue", "store_call", "gc_pause")
+API_HISTOGRAMS = ("accept_202", "kafka_ack", "reservation", "loop_lag", "store_queue", "store_call", "lock_wait",
+                  "gc_pause")
 
 
 def split_message_key(message_key: str) -> tuple[str, str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -155,6 +156,10 @@ class Database:
         self._lock_suffix = " FOR UPDATE" if dialect == "postgresql" else ""
         #: called after each committed transaction (the senders count them: a metric)
         self.on_commit: Callable[[], None] | None = None
+        #: told how long each SQLite write transaction waited for the file's write lock (its
+        #: ``BEGIN IMMEDIATE``: the busy handler's sleeps, and in a busy process the wait for the
+        #: interpreter's lock after it; seconds): the API's metric
+        self.on_lock_wait: Callable[[float], None] | None = None
 
     @property
     def for_update(self) -> str:
@@ -265,7 +270,10 @@ class Database:
         cur = conn.cursor()
         try:
             if self.dialect == "sqlite":
+                started = time.perf_counter()
                 cur.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                if write and self.on_lock_wait is not None:
+                    self.on_lock_wait(time.perf_counter() - started)
             yield cur
             conn.commit() if self.dialect == "postgresql" else cur.execute("COMMIT")
             if self.on_commit is not None:
