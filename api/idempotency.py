@@ -60,32 +60,76 @@ Completion = tuple[str, dict[str, Any], RequestRecord]
 #: a key to release: (key, the notification id that holds it)
 Release = tuple[str, str]
 
-#: rows per multi-row INSERT (7 parameters each: well under SQLite's 32,766 variables)
+#: rows per statement: SQLite pads a statement's rows to a power of two (``statement_rows``), so
+#: at most 512 rows of 11 parameters, well under its 32,766 variables
 _CHUNK = 500
 
+#: the columns of the rows a batch writes, one ``with_values`` row each
+_RESERVING = (("k", "TEXT"), ("f", "TEXT"), ("n", "TEXT"), ("u", "TEXT"))
+_DONE = (("k", "TEXT"), ("n", "TEXT"), ("a", "TEXT"))
 
-def _marks(n: int, width: int) -> str:
-    row = "(" + ", ".join("?" * width) + ")"
-    return ", ".join([row] * n)
+#: a key's row as a transaction sees it: fingerprint, state, answer, created_ms, expires_ms
+_Row = tuple[str, str, str | None, int, int]
+
+
+def _read_rows(db: Database, cur: Any, keys: set[str], rows: dict[str, _Row]) -> None:
+    """Inside a transaction: the rows of those of ``keys`` in the table into ``rows`` (on PostgreSQL
+    locked, in the keys' order)."""
+    marks, params = db.in_list(sorted(keys))
+    for key, *row in db.exec(
+        cur,
+        f"SELECT idem_key, fingerprint, state, answer, created_ms, expires_ms FROM api_idempotency"
+        f" WHERE idem_key IN ({marks}) ORDER BY idem_key{db.for_update}",
+        params,
+    ).fetchall():
+        rows[str(key)] = (str(row[0]), str(row[1]), row[2], int(row[3]), int(row[4]))
+
+
+def _new_keys(db: Database, cur: Any, chunk: Sequence[Reserve], terms: Terms, rows: dict[str, _Row]) -> dict[str, str]:
+    """Inside a transaction: the chunk's keys not in the table inserted pending (a key twice: for
+    its first request); ``rows`` given every key's row, those the insert made and those there
+    before. Returns the keys inserted, each with the notification id of the request it is for.
+
+    A batch is a few statements, not one per request, and SQLite's returns no row it need not:
+    ``sqlite3`` lets the interpreter's lock go around each step (each row of a result is one), and
+    in a busy process each step waits to take it back while the file's write lock is held
+    (``ops.gil``; ``python -m bench.writer_round --busy``)."""
+    first: dict[str, Reserve] = {}
+    if db.dialect == "sqlite":
+        # the transaction holds the file's write lock: a key not there now is this one's to insert
+        _read_rows(db, cur, {r.key for r in chunk}, rows)
+    for r in chunk:
+        if r.key not in rows:
+            first.setdefault(r.key, r)
+    if not first:
+        return {}
+    values, params = db.with_values(_RESERVING, [(r.key, r.fingerprint, r.notification_id, r.user_id)
+                                                 for r in first.values()])
+    text = (values + "INSERT INTO api_idempotency (idem_key, fingerprint, state, notification_id, user_id, created_ms,"
+            " expires_ms) SELECT k, f, 'pending', n, u, ?, ? FROM v WHERE k IS NOT NULL"
+            " ON CONFLICT (idem_key) DO NOTHING")
+    params += [terms.now_ms, terms.now_ms + terms.ttl_ms]
+    if db.dialect == "sqlite":
+        db.exec(cur, text, params)
+        made = set(first)
+    else:  # another transaction may have inserted a key meanwhile: the insert says which it made
+        made = {str(k) for (k,) in db.exec(cur, text + " RETURNING idem_key", params).fetchall()}
+        rest = {r.key for r in chunk if r.key not in made and r.key not in rows}
+        if rest:
+            _read_rows(db, cur, rest, rows)
+    for key in made:
+        r = first[key]
+        rows[key] = (r.fingerprint, "pending", None, terms.now_ms, terms.now_ms + terms.ttl_ms)
+    return {key: first[key].notification_id for key in made}
 
 
 def _reserve(db: Database, cur: Any, items: Sequence[Reserve], terms: Terms) -> list[Reserved]:
     """Inside a transaction: every item's outcome, in order."""
+    rows: dict[str, _Row] = {}
     inserted: set[tuple[str, str]] = set()
     for start in range(0, len(items), _CHUNK):
         chunk = items[start : start + _CHUNK]
-        params: list[Any] = []
-        for r in chunk:
-            params += [r.key, r.fingerprint, "pending", r.notification_id, r.user_id, terms.now_ms,
-                       terms.now_ms + terms.ttl_ms]
-        rows = db.exec(
-            cur,
-            "INSERT INTO api_idempotency (idem_key, fingerprint, state, notification_id, user_id, created_ms,"
-            f" expires_ms) VALUES {_marks(len(chunk), 7)} ON CONFLICT (idem_key) DO NOTHING"
-            " RETURNING idem_key, notification_id",
-            params,
-        ).fetchall()
-        inserted.update((str(k), str(n)) for k, n in rows)
+        inserted.update(_new_keys(db, cur, chunk, terms, rows).items())
     out: list[Reserved | None] = [
         Reserved(Reservation.NEW) if (r.key, r.notification_id) in inserted else None for r in items
     ]
@@ -93,19 +137,13 @@ def _reserve(db: Database, cur: Any, items: Sequence[Reserve], terms: Terms) -> 
     for i, r in enumerate(items):
         if out[i] is not None:
             continue
-        row = db.exec(
-            cur,
-            "SELECT fingerprint, state, answer, created_ms, expires_ms FROM api_idempotency WHERE idem_key = ?"
-            f"{db.for_update}",
-            (r.key,),
-        ).fetchone()
-        held, state, answer, created, expires = row
-        abandoned = state == "pending" and int(created) + terms.stale_ms <= terms.now_ms and r.key not in taken
-        live = int(expires) > terms.now_ms and not abandoned
+        held, state, answer, created, expires = rows[r.key]
+        abandoned = state == "pending" and created + terms.stale_ms <= terms.now_ms and r.key not in taken
+        live = expires > terms.now_ms and not abandoned
         if live and held != r.fingerprint:
             out[i] = Reserved(Reservation.OTHER_BODY)
         elif live and state == "done":
-            out[i] = Reserved(Reservation.REPLAY, json.loads(answer))
+            out[i] = Reserved(Reservation.REPLAY, json.loads(str(answer)))
         elif live:
             out[i] = Reserved(Reservation.IN_PROGRESS)
         else:
@@ -115,18 +153,26 @@ def _reserve(db: Database, cur: Any, items: Sequence[Reserve], terms: Terms) -> 
                 " answer = NULL, created_ms = ?, expires_ms = ? WHERE idem_key = ?",
                 (r.fingerprint, r.notification_id, r.user_id, terms.now_ms, terms.now_ms + terms.ttl_ms, r.key),
             )
+            rows[r.key] = (r.fingerprint, "pending", None, terms.now_ms, terms.now_ms + terms.ttl_ms)
             taken.add(r.key)
             out[i] = Reserved(Reservation.NEW)
     return [o for o in out if o is not None]
 
 
 def _complete(db: Database, cur: Any, done: Sequence[Completion]) -> None:
-    cur.executemany(
-        db.sql("UPDATE api_idempotency SET state = 'done', answer = ? WHERE idem_key = ? AND notification_id = ?"),
-        [(jsontext.dumps(answer, sort_keys=True).decode("utf-8"), key, record.notification_id)
-         for key, answer, record in done],
-    )
-    insert_requests(db, cur, [record for _, _, record in done])
+    for start in range(0, len(done), _CHUNK):
+        part = done[start : start + _CHUNK]
+        values, params = db.with_values(_DONE, [
+            (key, record.notification_id, jsontext.dumps(answer, sort_keys=True).decode("utf-8"))
+            for key, answer, record in part
+        ])
+        db.exec(
+            cur,
+            values + "UPDATE api_idempotency SET state = 'done', answer = v.a FROM v"
+            " WHERE api_idempotency.idem_key = v.k AND api_idempotency.notification_id = v.n",
+            params,
+        )
+        insert_requests(db, cur, [record for _, _, record in part])
 
 
 def _release(db: Database, cur: Any, releases: Sequence[Release]) -> None:

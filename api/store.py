@@ -31,22 +31,37 @@ class RequestRecord:
                    int(row[8]), int(row[9]), int(row[10]))
 
 
-_REQUEST_COLUMNS = (
-    "notification_id, dedup_key, user_id, template, channels, priority, caller, event_time_ms, accepted_ms,"
-    " kafka_partition, kafka_offset"
+#: the request records' columns with their SQL types (``Database.with_values``)
+_REQUEST_TYPES = (
+    ("notification_id", "TEXT"), ("dedup_key", "TEXT"), ("user_id", "TEXT"), ("template", "TEXT"),
+    ("channels", "TEXT"), ("priority", "TEXT"), ("caller", "TEXT"), ("event_time_ms", "BIGINT"),
+    ("accepted_ms", "BIGINT"), ("kafka_partition", "INTEGER"), ("kafka_offset", "BIGINT"),
 )
+_REQUEST_COLUMNS = ", ".join(name for name, _ in _REQUEST_TYPES)
+
+
+#: records per statement (SQLite pads them to a power of two: 512 rows of 11 parameters at most)
+_CHUNK = 500
 
 
 def insert_requests(db: Database, cur: Any, records: Sequence[RequestRecord]) -> None:
-    """Inside a transaction: the records, one statement for all. A statement each was a round trip
-    each on PostgreSQL: the API alone there had an accept p99 of 47-49 ms with it, 24-30 without
-    (``python -m bench.api --rate 1000 --seconds 15 --store postgresql``, README)."""
-    cur.executemany(
-        db.sql(f"INSERT INTO api_request ({_REQUEST_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-               " ON CONFLICT (notification_id) DO NOTHING"),
-        [(r.notification_id, r.dedup_key, r.user_id, r.template, ",".join(r.channels), r.priority, r.caller,
-          r.event_time_ms, r.accepted_ms, r.partition, r.offset) for r in records],
-    )
+    """Inside a transaction: the records, one statement for up to 500 of them. A statement each
+    was a round trip each on PostgreSQL (the API alone there had an accept p99 of 47-49 ms with
+    it, 24-30 without: ``python -m bench.api --rate 1000 --seconds 15 --store postgresql``,
+    README), and on SQLite a step each, each letting the interpreter's lock go with the file's
+    write lock held (``api.idempotency._new_keys``)."""
+    for start in range(0, len(records), _CHUNK):
+        values, params = db.with_values(_REQUEST_TYPES, [
+            (r.notification_id, r.dedup_key, r.user_id, r.template, ",".join(r.channels), r.priority, r.caller,
+             r.event_time_ms, r.accepted_ms, r.partition, r.offset)
+            for r in records[start : start + _CHUNK]
+        ])
+        db.exec(
+            cur,
+            values + f"INSERT INTO api_request ({_REQUEST_COLUMNS}) SELECT {_REQUEST_COLUMNS} FROM v"
+            " WHERE notification_id IS NOT NULL ON CONFLICT (notification_id) DO NOTHING",
+            params,
+        )
 
 
 def request_by_id(db: Database, notification_id: str) -> RequestRecord | None:

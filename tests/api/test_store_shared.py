@@ -15,7 +15,7 @@ from api import lease
 from api.database import StoreAccess
 from api.idempotency import Reservation, Reserve, Terms, complete_key, reserve_key, write_batch
 from api.ratelimit import CallerLimits, chunk, lease_budget, retry_after, window_of
-from api.store import RequestRecord
+from api.store import RequestRecord, request_by_id
 from api.tables import prepare
 from senders.store.db import Database
 
@@ -76,6 +76,23 @@ def test_a_completion_and_a_repeat_in_one_transaction_replay_and_a_release_frees
     got = write_batch(db, [("k", {"id": "n1"}, _record("n1", "k"))], [("r", "n9")],
                       [Reserve("k", "fp", "n2", "u1"), Reserve("r", "fp", "n10", "u1")], terms)
     assert [(r.outcome, r.answer) for r in got] == [(Reservation.REPLAY, {"id": "n1"}), (Reservation.NEW, None)]
+
+
+def test_completions_store_their_answers_and_records_and_leave_a_key_held_by_another_request(db: Database) -> None:
+    """A round's completions are one statement for the answers and one for the records: each
+    record read back whole, its types kept; a completion whose key another request holds now
+    (its writer took too long and the key was taken again) changes nothing."""
+    now = int(time.time() * 1000)
+    terms = Terms(now, 60_000, 10_000)
+    write_batch(db, [], [], [Reserve(f"k{i}", "fp", f"n{i}", "u1") for i in range(3)], terms)
+    records = [RequestRecord(f"n{i}", f"k{i}", f"u{i}", "order_shipped", ("sms", "push"), "high", "shop",
+                             1_700_000_000_000 + i, now + i, i, 2**40 + i) for i in range(3)]
+    stale = RequestRecord("n-late", "k2", "u9", "t", ("sms",), "normal", "shop", 1, 1, 0, 1)
+    write_batch(db, [(f"k{i}", {"id": f"n{i}", "i": i}, records[i]) for i in range(3)]
+                + [("k2", {"id": "n-late"}, stale)], [], [], terms)
+    assert [request_by_id(db, f"n{i}") for i in range(3)] == records
+    got = write_batch(db, [], [], [Reserve(f"k{i}", "fp", f"m{i}", "u1") for i in range(3)], terms)
+    assert [(r.outcome, r.answer) for r in got] == [(Reservation.REPLAY, {"id": f"n{i}", "i": i}) for i in range(3)]
 
 
 def test_five_hundred_and_one_reservations_in_one_call(db: Database) -> None:
