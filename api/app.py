@@ -30,7 +30,7 @@ from api.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from api.models import CampaignIn, Health
 from api.scopes import ROUTE_SCOPES, check_routes, display_path
 from api.services import Services
-from ops import collector
+from ops import collector, gil
 from senders.errors import StoreUnavailableError
 from senders.store.db import Database
 
@@ -184,8 +184,9 @@ def create_app(factory: Callable[[], Services] | None = None) -> FastAPI:
         svc.start()
         lag = asyncio.get_running_loop().create_task(svc.metrics.watch_loop(), name="api-loop-lag")
         # what start-up made lives as long as the process: out of the collector's sight, a full
-        # collection no longer walks it (one took 80-180 ms of every thread's time, the loop's too)
-        with collector.serving(young_threshold=None):
+        # collection no longer walks it (one took 80-180 ms of every thread's time, the loop's too);
+        # the store writer gets the interpreter back from the loop within api.switch_interval_ms
+        with collector.serving(young_threshold=None), gil.switch_interval(svc.cfg.api.switch_interval_ms):
             logger.info("the API is ready")
             try:
                 yield
