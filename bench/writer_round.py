@@ -5,9 +5,11 @@ reservations. A second thread runs Python code the whole time (``--busy``), as t
 under load: a statement's steps let the interpreter's lock go (``sqlite3`` does around each step),
 and the writer waits to take it back. Prints each round's time (p50 / p99 / max, ms: from the
 start of its transaction to its commit, SQLite's write lock held all of it) and the SQL
-statements a round ran (each row of an ``executemany`` one).
+statements a round ran (each row of an ``executemany`` one). ``--profiles``: then, as the writer
+does, the round's new users' profiles read in one transaction (``ProfileStore.read_many``: each
+user has an address on every channel), timed apart.
 
-    python -m bench.writer_round --rounds 300 --batch 32 [--busy] [--switch-ms 5]
+    python -m bench.writer_round --rounds 300 --batch 32 [--busy] [--switch-ms 5] [--profiles]
 """
 
 from __future__ import annotations
@@ -20,16 +22,33 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from api.database import StoreAccess
 from api.idempotency import Completion, Reserve, Terms, write_batch
 from api.store import RequestRecord
 from api.tables import prepare
 from bench.api_load import percentile
+from bench.senders_load import profile_line
+from senders.profiles.crypto import generate_key
+from senders.profiles.model import parse_profile
+from senders.runtime.pool import open_profile_store
+from settings import Settings
 
 
 def _record(key: str, nid: str, i: int) -> RequestRecord:
     return RequestRecord(nid, key, f"u{i}", "order_shipped", ("email",), "normal", "bench", i, i, 0, i)
+
+
+def _profile(i: int) -> dict[str, Any]:
+    profile: dict[str, Any] = json.loads(profile_line(f"u{i}", i))
+    del profile["user_id"]
+    return profile
+
+
+def _ms(seconds: list[float]) -> dict[str, float]:
+    ms = sorted(t * 1000 for t in seconds)
+    return {"p50": round(percentile(ms, 0.5), 2), "p99": round(percentile(ms, 0.99), 2), "max": round(ms[-1], 2)}
 
 
 def main() -> int:
@@ -38,6 +57,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=32, help="reservations, and completions, per round")
     parser.add_argument("--busy", action="store_true", help="a second thread runs Python code throughout")
     parser.add_argument("--switch-ms", type=float, default=None, help="sys.setswitchinterval, ms (5: CPython's)")
+    parser.add_argument("--profiles", action="store_true", help="then read the round's users' profiles")
     args = parser.parse_args()
     if args.switch_ms is not None:
         sys.setswitchinterval(args.switch_ms / 1000)
@@ -48,6 +68,13 @@ def main() -> int:
     prepare(first)
     first.close()
     db = access.open_requests()
+    users = args.rounds * args.batch
+    cfg = Settings().with_overrides(senders={"status_store": access.location, "contact_encryption_keys": generate_key(),
+                                             "contact_lookup_keys": generate_key()})
+    profiles = open_profile_store(cfg)
+    if args.profiles:
+        for start in range(0, users, 5000):
+            profiles.put_many((f"u{i}", parse_profile(_profile(i))) for i in range(start, min(users, start + 5000)))
     statements = [0]
     total = 0
     db._connection().set_trace_callback(lambda _sql: statements.__setitem__(0, statements[0] + 1))
@@ -64,30 +91,33 @@ def main() -> int:
     terms = Terms(int(time.time() * 1000), 86_400_000, 35_000)
     pending: list[Completion] = []
     times: list[float] = []
+    reads: list[float] = []
     i = 0
     for _ in range(args.rounds):
         reserve = []
         for _ in range(args.batch):
             key, nid = f"k-{uuid.uuid4().hex}", uuid.uuid4().hex
-            reserve.append(Reserve(key, f"fp{i}", nid, f"u{i}"))
+            reserve.append(Reserve(key, f"fp{i}", nid, f"u{i}"))  # a user new to each round
             i += 1
         before = statements[0]
         started = time.perf_counter()
         write_batch(db, pending, (), reserve, terms)
         times.append(time.perf_counter() - started)
         total += statements[0] - before
+        if args.profiles:
+            started = time.perf_counter()
+            got = profiles.read_many(r.user_id for r in reserve)
+            reads.append(time.perf_counter() - started)
+            assert len(got) == len(reserve), len(got)
         pending = [(r.key, {"id": r.notification_id, "status": "accepted"}, _record(r.key, r.notification_id, n))
                    for n, r in enumerate(reserve)]
     stop.set()
-    times.sort()
-    ms = [t * 1000 for t in times]
     print(json.dumps({
         "rounds": args.rounds, "batch": args.batch, "busy": args.busy,
         "switch_ms": sys.getswitchinterval() * 1000,
-        "round_ms": {"p50": round(percentile(ms, 0.5), 2), "p99": round(percentile(ms, 0.99), 2),
-                     "max": round(ms[-1], 2)},
+        "round_ms": _ms(times),
         "statements_per_round": round(total / args.rounds, 1),
-    }))
+    } | ({"profile_read_ms": _ms(reads)} if reads else {})))
     return 0
 
 

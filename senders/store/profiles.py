@@ -113,7 +113,9 @@ class ProfileStore:
     ) -> dict[str, ProfileRead | ProfileError]:
         """``read`` for many users in one transaction; with ``channel``, only that channel's
         contacts are opened (a channel's sender needs no others). A user whose contacts cannot
-        be read maps to the ProfileError (so one bad row fails one message, not the batch)."""
+        be read maps to the ProfileError (so one bad row fails one message, not the batch). Two
+        statements, their rows each as one (``Database.select_rows``): the API's store writer reads
+        a round's new users so beside its busy event loop."""
         ids = sorted(set(user_ids))
         documents: dict[str, str] = {}
         sealed: dict[str, list[tuple[SealedContact, int]]] = {}
@@ -121,15 +123,14 @@ class ProfileStore:
         with self._db.tx(write=False) as cur:
             for i in range(0, len(ids), 500):
                 marks, part = self._db.in_list(ids[i : i + 500])
-                for user_id, document in self._db.exec(
-                    cur, f"SELECT user_id, preferences FROM user_profile WHERE user_id IN ({marks})", part
-                ).fetchall():
+                for user_id, document in self._db.select_rows(
+                    cur, "user_id, preferences", f"FROM user_profile WHERE user_id IN ({marks})", part
+                ):
                     documents[user_id] = document
-                for r in self._db.exec(
-                    cur,
-                    f"SELECT user_id, {_CONTACT_COLUMNS} FROM user_contact WHERE user_id IN ({marks}){only}",
+                for r in self._db.select_rows(
+                    cur, f"user_id, {_CONTACT_COLUMNS}", f"FROM user_contact WHERE user_id IN ({marks}){only}",
                     (*part, *([channel.value] if channel is not None else [])),
-                ).fetchall():
+                ):
                     contact = SealedContact(Channel(r[1]), int(r[2]), r[3], r[4], bool(r[5]), bool(r[6]), r[7])
                     sealed.setdefault(r[0], []).append((contact, int(r[8])))
         out: dict[str, ProfileRead | ProfileError] = {}
