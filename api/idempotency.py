@@ -61,7 +61,7 @@ Completion = tuple[str, dict[str, Any], RequestRecord]
 Release = tuple[str, str]
 
 #: rows per statement: SQLite pads a statement's rows to a power of two (``statement_rows``), so
-#: at most 512 rows of 11 parameters, well under its 32,766 variables
+#: at most 512 rows of 4 parameters, well under its 32,766 variables
 _CHUNK = 500
 
 #: the columns of the rows a batch writes, one ``with_values`` row each
@@ -76,12 +76,10 @@ def _read_rows(db: Database, cur: Any, keys: set[str], rows: dict[str, _Row]) ->
     """Inside a transaction: the rows of those of ``keys`` in the table into ``rows`` (on PostgreSQL
     locked, in the keys' order)."""
     marks, params = db.in_list(sorted(keys))
-    for key, *row in db.exec(
-        cur,
-        f"SELECT idem_key, fingerprint, state, answer, created_ms, expires_ms FROM api_idempotency"
-        f" WHERE idem_key IN ({marks}) ORDER BY idem_key{db.for_update}",
-        params,
-    ).fetchall():
+    for key, *row in db.select_rows(
+        cur, "idem_key, fingerprint, state, answer, created_ms, expires_ms",
+        f"FROM api_idempotency WHERE idem_key IN ({marks}) ORDER BY idem_key{db.for_update}", params,
+    ):
         rows[str(key)] = (str(row[0]), str(row[1]), row[2], int(row[3]), int(row[4]))
 
 
@@ -172,7 +170,7 @@ def _complete(db: Database, cur: Any, done: Sequence[Completion]) -> None:
             " WHERE api_idempotency.idem_key = v.k AND api_idempotency.notification_id = v.n",
             params,
         )
-        insert_requests(db, cur, [record for _, _, record in part])
+    insert_requests(db, cur, [record for _, _, record in done])
 
 
 def _release(db: Database, cur: Any, releases: Sequence[Release]) -> None:

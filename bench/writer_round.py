@@ -69,10 +69,12 @@ def main() -> int:
     first.close()
     db = access.open_requests()
     users = args.rounds * args.batch
-    cfg = Settings().with_overrides(senders={"status_store": access.location, "contact_encryption_keys": generate_key(),
-                                             "contact_lookup_keys": generate_key()})
-    profiles = open_profile_store(cfg)
+    profiles = None
     if args.profiles:
+        cfg = Settings().with_overrides(senders={"status_store": access.location,
+                                                 "contact_encryption_keys": generate_key(),
+                                                 "contact_lookup_keys": generate_key()})
+        profiles = open_profile_store(cfg)
         for start in range(0, users, 5000):
             profiles.put_many((f"u{i}", parse_profile(_profile(i))) for i in range(start, min(users, start + 5000)))
     statements = [0]
@@ -104,7 +106,7 @@ def main() -> int:
         write_batch(db, pending, (), reserve, terms)
         times.append(time.perf_counter() - started)
         total += statements[0] - before
-        if args.profiles:
+        if profiles is not None:
             started = time.perf_counter()
             got = profiles.read_many(r.user_id for r in reserve)
             reads.append(time.perf_counter() - started)

@@ -8,9 +8,10 @@ write lock of the requests file through a transaction of several statements, eac
 beside a busy event loop every step could wait up to 5 ms, and the other process's writer waited
 for the file all that time.
 
-Measured on this machine: a transaction of one multi-row INSERT beside a thread running Python
-code took p50 21.5 ms at 5 ms, 2.5 ms at 1 ms (0.14 ms alone); one that read back 100 rows of
-``RETURNING`` 58-63 ms at 5 ms, 11 ms at 1 ms (0.2-0.5 alone).
+Measured on this machine (``python -m bench.writer_round --rounds 200 --batch 32 [--busy]
+--switch-ms 5|1``; bench/results/writer-round-2026-12-07-s46.md): a writer's round of six
+statements beside a thread running Python code took p50 43 ms at 5 ms, 13 ms at 1 ms (1.4-1.5 ms
+alone either way).
 """
 
 from __future__ import annotations

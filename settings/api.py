@@ -56,7 +56,8 @@ class ApiSettings(Section):
         read, so a request costs less CPU; an idle writer's next round is not held (``api.writer``)
     :param switch_interval_ms: Python's switch interval in each API process: how long the event
         loop's thread may run on while another thread (the store writer, between the steps of its
-        statements) waits for the interpreter's lock (``ops.gil``; CPython's default is 5)
+        statements) waits for the interpreter's lock (``ops.gil``; CPython's default is 5; more than
+        0, at most 100)
     :param nice: ``api run`` runs its processes at this CPU nice (-20 to 19; 0: as started); below
         0, above the other services of a shared host, needs CAP_SYS_NICE (ops/priority.py says
         why and what it buys; refused, the API runs on as it was, with a warning)
@@ -132,7 +133,7 @@ class ApiSettings(Section):
     held_receipts_ttl_s: int = 86_400
     writer_max_batch: int = 256
     writer_round_ms: int = 10
-    switch_interval_ms: float = 1.0
+    switch_interval_ms: float = Field(default=1.0, le=100.0)
     nice: int = Field(default=0, ge=-20, le=19)
     shutdown_timeout_s: float = 10.0
     segments_dir: str = ""

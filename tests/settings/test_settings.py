@@ -500,3 +500,13 @@ def test_savepoint_dir_defaults_to_the_checkpoint_dir(tmp_path: Path) -> None:
     f = FlinkSettings(checkpoint_dir=str(tmp_path / "cp"))
     assert f.savepoint_uri() == f.checkpoint_uri()
     assert FlinkSettings(savepoint_dir="file:///data/savepoints").savepoint_uri() == "file:///data/savepoints"
+
+
+def test_the_api_switch_interval_is_positive_and_bounded() -> None:
+    def api(value: object) -> float:
+        return Settings().with_overrides(api={"switch_interval_ms": value}).api.switch_interval_ms
+
+    assert api("0.5") == 0.5 and api(100) == 100.0
+    for bad in (0, -1, "fast", 100.5, 1e12):
+        with pytest.raises(ConfigError, match=r"^api\.switch_interval_ms: "):
+            api(bad)
