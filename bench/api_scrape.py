@@ -108,3 +108,14 @@ def phase_report(before: Mapping[Sample, float], after: Mapping[Sample, float]) 
     report["rate_grants"] = counter(before, after, names.API_RATE_GRANTS, "bucket")
     report["gc_pauses_by_generation"] = counter(before, after, names.API_GC_PAUSE_SECONDS + "_count", "generation")
     return report
+
+
+def store_locks(before: Mapping[Sample, float], after: Mapping[Sample, float]) -> dict[str, dict[str, float]]:
+    """The senders' write transactions on the status store between two scrapes of their
+    ``/metrics``, per lane (every channel's workers of it): the wait for the file's write lock and
+    how long it was then held (ms: count, mean, p50, p90, p99)."""
+    out: dict[str, dict[str, float]] = {}
+    for lane in ("priority", "normal"):
+        for short, name in (("wait", "sender_store_lock_wait_seconds"), ("held", "sender_store_lock_held_seconds")):
+            out[f"{lane}_{short}"] = histogram(before, after, name, {"lane": lane})
+    return out

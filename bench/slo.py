@@ -58,6 +58,7 @@ from bench.measure import (
     machine_info,
     percentile,
     poll_until,
+    speed_probe,
 )
 from bench.slo_load import codes_in
 from bench.stubs.process import StubProcess, raise_fd_limit
@@ -171,6 +172,7 @@ class Slo:
         self.cluster: Any = None
         self.checkpoints: CheckpointLog | None = None  # every checkpoint of the job, from its REST API
         self.lane_watch: LaneWatch | None = None  # when each code became visible to a read_committed reader
+        self.senders_metrics = ""  # the senders' /metrics
 
     # -- the services -------------------------------------------------------------------------
 
@@ -222,8 +224,10 @@ class Slo:
         procs = self.procs
         say("starting the job (dedupctl run), the senders (dedupctl senders run), the API (dedupctl api run)")
         procs["job"] = self._proc("job", config, ["run", "--fresh"])
+        senders_port = free_port()
+        self.senders_metrics = f"http://127.0.0.1:{senders_port}"
         procs["senders"] = self._proc("senders", config, ["senders", "run", "--channel", "push", "--channel", "sms",
-                                                         "--metrics-port", str(free_port())],
+                                                         "--metrics-port", str(senders_port)],
                                       {"DEDUP_SENDERS_INSTANCE_ID": f"slo{self.uid}"})
         procs["api"] = self._proc("api", config, ["api", "run"])
         url = f"http://127.0.0.1:{cfg.api.port}"
@@ -350,10 +354,12 @@ class Slo:
         load0, t0, wall0 = os.getloadavg()[0], time.monotonic(), time.time()
         jit0 = self.jit()
         before = api_scrape.scrape(s.url)
+        senders_before = api_scrape.scrape(self.senders_metrics)
         run()
         load1, t1, wall1 = os.getloadavg()[0], time.monotonic(), time.time()
         metrics = api_scrape.phase_report(before, api_scrape.scrape(s.url))
         settled, settle_s = self.settle(s, name, bound_s)
+        store_locks = api_scrape.store_locks(senders_before, api_scrape.scrape(self.senders_metrics))
         t2, jit1 = time.monotonic(), self.jit()
         jit_cores: dict[str, float | None] = {}
         for g in JVM_GROUPS:
@@ -362,6 +368,7 @@ class Slo:
         return {"name": name, "load_average": [round(load0, 2), round(load1, 2)],
                 "api_metrics": {k: metrics[k] for k in report.API_HISTOGRAMS},
                 "api_gc_by_generation": metrics["gc_pauses_by_generation"],
+                "senders_store_locks": store_locks,
                 "broker_gc_pauses_ms": self.broker_gc(wall0, wall1),
                 "cpu_cores": self.cores(t0, t2), "jit_cores": jit_cores, "seconds": round(t1 - t0, 1),
                 "checkpoints": summarize_checkpoints(self.checkpoints, epoch_ms(t0), epoch_ms(t2)),
@@ -631,7 +638,7 @@ def run(plan: Plan, out_dir: Path, keep: bool) -> int:
     result = {
         "date": started.isoformat(timespec="seconds"), "mode": plan.mode, "label": plan.label,
         "command": " ".join(["python", "-m", "bench.slo", *sys.argv[1:]]),
-        "machine": {**machine, "loadavg_at_end": os.getloadavg()}, "git": git,
+        "machine": {**machine, "loadavg_at_end": os.getloadavg(), "speed_probe_ms_at_end": speed_probe()}, "git": git,
         "config": {**asdict(plan), "checkpoint_interval_ms": services.cfg.flink.checkpoint_interval_ms,
                    "senders_max_in_flight": services.cfg.senders.max_in_flight,
                    "senders_commit_interval_ms": services.cfg.senders.commit_interval_ms,

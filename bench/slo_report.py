@@ -206,6 +206,14 @@ def _ms(v: Any) -> str:
     return "n/a" if v is None else f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
 
 
+def _probe(machine: Mapping[str, Any]) -> str:
+    """The machine's speed before and after the run (``bench.measure.speed_probe``), if taken."""
+    if "speed_probe_ms" not in machine:
+        return ""
+    return (f" speed probe {machine['speed_probe_ms']:.0f} ms before the services,"
+            f" {machine.get('speed_probe_ms_at_end', math.nan):.0f} after (lower is faster);")
+
+
 def _load(p: Mapping[str, Any]) -> str:
     a, b = p["load_average"]
     return f"{a:.1f} -> {b:.1f}"
@@ -230,6 +238,7 @@ def markdown(result: Mapping[str, Any]) -> str:
         f"{_idle(result['config'])},"
         f" API at nice {result['config'].get('api_nice', 0)},"
         f" load generator at nice {result['config'].get('generator_nice', 0)};"
+        f"{_probe(m)}"
         f" `{result['command']}`",
         "",
         "## Accept latency (open loop, timed from when each request was due)",
@@ -307,6 +316,17 @@ def markdown(result: Mapping[str, Any]) -> str:
         h = p.get("api_metrics", {})
         lines.append(f"| {p['name']} | " + " | ".join(
             f"{_ms(h[n].get('p50'))} / {_ms(h[n].get('p99'))}" if n in h else "n/a" for n in names) + " |")
+    if any(p.get("senders_store_locks") for p in result["phases"]):
+        kinds = ("priority_wait", "priority_held", "normal_wait", "normal_held")
+        lines += ["", "The senders' write transactions on the status store from the phase's first request until"
+                  " its messages were delivered (their /metrics; SQLite's write lock: each transaction's wait"
+                  " for it and how long it then held it, by lane; count, and ms p50 / p99):", "",
+                  "| phase | " + " | ".join(k.replace("_", " ") for k in kinds) + " |", "|---|" + "--:|" * len(kinds)]
+        for p in result["phases"]:
+            locks = p.get("senders_store_locks")
+            if locks:
+                lines.append(f"| {p['name']} | " + " | ".join(
+                    f"{locks[k]['count']:,.0f}: {_ms(locks[k]['p50'])} / {_ms(locks[k]['p99'])}" for k in kinds) + " |")
     if any("broker_gc_pauses_ms" in p for p in result["phases"]):
         lines += ["", "The brokers' JVM collection pauses while the phase's load ran (their gc.log; ms):", "",
                   "| phase | pauses | p90 | max | sum |", "|---|--:|--:|--:|--:|"]

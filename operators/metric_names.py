@@ -123,6 +123,7 @@ SENDER_METRICS = (
     "provider_calls_total", "provider_call_ms_sum", "sender_provider_rejecting", "sender_retries_moved_total",
     "sender_addresses_reactivated_total", "sender_worker_up", "sender_worker_restarts_total",
     "sender_rule_outcomes_total", "sender_store_pruned_total", "sender_store_transactions_total",
+    "sender_store_lock_wait_seconds", "sender_store_lock_held_seconds",
     "sender_calls_in_flight", "sender_loop_lag_seconds", SENDER_DELIVERIES, SENDER_ACCEPT_TO_PROVIDER, SENDER_COST,
     "provider_auth_failures_total",
     # with senders.cpu_idle (senders/runtime/host.py)

@@ -30,6 +30,7 @@ from senders.runtime.ruling import RulesContext
 from senders.runtime.threads import name_os_thread
 from senders.runtime.worker import SenderWorker, WorkerOptions
 from senders.statuses import Lane
+from senders.store.db import Database
 from senders.store.profiles import ProfileCache, ProfileStore
 from senders.store.status import StatusStore, open_store
 from senders.templates.catalog import Catalog, load_catalog
@@ -167,12 +168,20 @@ def build_dispatchers(
     return out
 
 
-def _counting(metrics: Metrics, channel: Channel, lane: Lane) -> Callable[[], None]:
-    """Counts a worker's committed store transactions (``sender_store_transactions_total``)."""
-    def count() -> None:
-        metrics.inc("sender_store_transactions_total", channel=channel.value, lane=lane.value)
+#: the upper bounds of the store's write-lock histograms (seconds)
+STORE_LOCK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
-    return count
+
+def watch_store(metrics: Metrics, db: Database, channel: Channel, lane: Lane) -> None:
+    """A worker's store connection counted: its committed transactions
+    (``sender_store_transactions_total``) and, on SQLite, each write transaction's wait for the
+    file's write lock and how long it then held it (``sender_store_lock_wait_seconds``,
+    ``sender_store_lock_held_seconds``: a code's claim waits for the campaign's)."""
+    labels = {"channel": channel.value, "lane": lane.value}
+    committed = metrics.counter_key("sender_store_transactions_total", **labels)
+    db.on_commit = lambda: metrics.add((committed, 1.0))
+    db.on_lock_wait = lambda s: metrics.observe("sender_store_lock_wait_seconds", s, STORE_LOCK_BUCKETS, **labels)
+    db.on_lock_held = lambda s: metrics.observe("sender_store_lock_held_seconds", s, STORE_LOCK_BUCKETS, **labels)
 
 
 def _without_frames(exc: BaseException) -> BaseException:
@@ -405,7 +414,7 @@ def build_pool(
                 name = f"{channel.value}.{lane.value}.{n}"
                 txn_id = f"{group_id(cfg, channel, lane)}.{instance}.{n}"
                 store = open_status_store(cfg)
-                store.db.on_commit = _counting(metrics, channel, lane)
+                watch_store(metrics, store.db, channel, lane)
                 handler = DeliveryHandler(
                     channel=channel,
                     lane=lane,

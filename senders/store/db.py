@@ -161,6 +161,10 @@ class Database:
         #: ``BEGIN IMMEDIATE``: the busy handler's sleeps, and in a busy process the wait for the
         #: interpreter's lock after it; seconds): the API's metric
         self.on_lock_wait: Callable[[float], None] | None = None
+        #: told how long each SQLite write transaction held the file's write lock (from its
+        #: ``BEGIN IMMEDIATE`` to its ``COMMIT``; seconds): every other writer of the file waits
+        #: that long (the senders' metric)
+        self.on_lock_held: Callable[[float], None] | None = None
 
     @property
     def for_update(self) -> str:
@@ -280,13 +284,17 @@ class Database:
         conn = self._connection()
         cur = conn.cursor()
         try:
+            locked = 0.0
             if self.dialect == "sqlite":
                 started = time.perf_counter()
                 cur.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                locked = time.perf_counter()
                 if write and self.on_lock_wait is not None:
-                    self.on_lock_wait(time.perf_counter() - started)
+                    self.on_lock_wait(locked - started)
             yield cur
             conn.commit() if self.dialect == "postgresql" else cur.execute("COMMIT")
+            if write and locked and self.on_lock_held is not None:
+                self.on_lock_held(time.perf_counter() - locked)
             if self.on_commit is not None:
                 self.on_commit()
         except self._transient as exc:
