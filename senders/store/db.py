@@ -12,12 +12,13 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from senders.errors import StatusStoreError, StoreUnavailableError
+from senders.store.turns import NORMAL, Turns, in_turn, turns_of
 
 logger = logging.getLogger(__name__)
 
@@ -145,6 +146,8 @@ class Database:
         where: str,
         attached: frozenset[str] = frozenset(),
         store_tables: bool = True,
+        turns: tuple[Turns, ...] = (),
+        turn_timeout_s: float = 30.0,
     ) -> None:
         self.dialect = dialect
         #: the other SQLite files each connection has attached, by schema name
@@ -165,6 +168,11 @@ class Database:
         #: ``BEGIN IMMEDIATE`` to its ``COMMIT``; seconds): every other writer of the file waits
         #: that long (the senders' metric)
         self.on_lock_held: Callable[[float], None] | None = None
+        #: SQLite: the write turns of the files a write transaction locks (``senders.store.turns``):
+        #: this process's writers of a file take it one at a time, ``write_priority`` HIGH first
+        self._turns = turns
+        self._turn_timeout_s = turn_timeout_s
+        self.write_priority = NORMAL
 
     @property
     def for_update(self) -> str:
@@ -283,10 +291,13 @@ class Database:
         they read cannot change under them."""
         conn = self._connection()
         cur = conn.cursor()
+        turn = ExitStack()
         try:
             locked = 0.0
             if self.dialect == "sqlite":
                 started = time.perf_counter()
+                if write and self._turns:
+                    turn.enter_context(in_turn(self._turns, self.write_priority, self._turn_timeout_s))
                 cur.execute("BEGIN IMMEDIATE" if write else "BEGIN")
                 locked = time.perf_counter()
                 if write and self.on_lock_wait is not None:
@@ -308,6 +319,7 @@ class Database:
                 cur.close()
             except Exception:  # noqa: BLE001 - the connection is gone already
                 pass
+            turn.close()  # after the commit or the rollback: the next writer's turn
 
     def _rollback_or_drop(self) -> None:
         if self._conn is None:
@@ -386,7 +398,9 @@ def _sqlite(location: str, synchronous: str, busy_timeout_ms: int, attach: Mappi
         return conn
 
     return Database(connect, dialect="sqlite", transient=(sqlite3.OperationalError,), where=str(path),
-                    attached=frozenset(attach), store_tables=store_tables)
+                    attached=frozenset(attach), store_tables=store_tables,
+                    turns=tuple(turns_of(str(f)) for f in (path, *attach.values())),
+                    turn_timeout_s=busy_timeout_ms / 1000)
 
 
 def open_database(
