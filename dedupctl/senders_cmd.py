@@ -16,7 +16,7 @@ from typing import Any
 
 from operators.errors import ConfigError
 from operators.records import Channel
-from ops import collector
+from ops import collector, gil
 from ops.cpu_idle import run_cpu_idle
 from ops.priority import yield_cpu
 from ops.status_view import fmt_time
@@ -79,7 +79,9 @@ def cmd_senders_run(cfg: Settings, args: argparse.Namespace) -> int:
     interval = cfg.senders.metrics_log_interval_s
     next_log = time.monotonic() + interval if interval > 0 else None
     logger.info("running %d sender workers: %s", len(pool.workers), ", ".join(w.name for w in pool.workers))
-    with collector.serving():  # start-up frozen out of the collector's sight while the workers run
+    # start-up frozen out of the collector's sight while the workers run; a store thread gets the
+    # interpreter back within senders.switch_interval_ms between the steps of its statements
+    with collector.serving(), gil.switch_interval(cfg.senders.switch_interval_ms):
         try:
             try:
                 pool.start()

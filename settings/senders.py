@@ -121,6 +121,11 @@ class SendersSettings(Section):
         the broker when they share a host (ops/priority.py says why and what it buys)
     :param cpu_idle: ``senders run`` runs in the job's CPU-idle control group (``flink.cpu_idle``,
         ops/cpu_idle.py), below the API and the broker
+    :param switch_interval_ms: Python's switch interval in ``senders run``: how long a thread
+        running Python code (the event loop's calls, another worker's rules) may keep the
+        interpreter's lock from a worker's store thread, which wants it back after each step of
+        its statements while it holds the store file's write lock (``ops.gil``; CPython's default
+        is 5; more than 0, at most 100)
     :param metrics_port: ``senders run`` serves its Prometheus metrics on 127.0.0.1:PORT/metrics
         (0: not served; ``--metrics-port`` overrides it); ``dedupctl slo`` reads them there
     :param provider_prices: a message's price per provider, ``label=PRICE;label=PRICE`` (the
@@ -229,6 +234,7 @@ class SendersSettings(Section):
     metrics_port: int = Field(default=0, ge=0, le=65_535)
     nice: int = Field(default=0, ge=0, le=19)
     cpu_idle: Flag = False
+    switch_interval_ms: float = Field(default=1.0, gt=0.0, le=100.0)
     provider_prices: str = ""
     http_timeout_ms: int = 5_000
     http_token: OptionalSecret = None

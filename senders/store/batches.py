@@ -62,6 +62,10 @@ _SENDING = (("k", "TEXT"), ("attempts", "INTEGER"), ("template", "TEXT"), ("temp
             ("locale", "TEXT"))
 _RULED = (("k", "TEXT"), ("status", "TEXT"), ("attempts", "INTEGER"), ("reason", "TEXT"),
           ("not_before_ms", "BIGINT"), ("template", "TEXT"), ("template_version", "INTEGER"), ("locale", "TEXT"))
+#: a finished call's claim, still this owner's (``finish_many``: ``v`` its ``with_values`` rows)
+_HELD = ("delivery_status.message_key = v.k AND delivery_status.status = ? AND delivery_status.attempts = v.attempts"
+         " AND delivery_status.owner = ?")
+_CONSUMED = (("c", "TEXT"), ("u", "TEXT"), ("e", "BIGINT"))
 _FINISHED = (("k", "TEXT"), ("status", "TEXT"), ("provider", "TEXT"), ("last_error", "TEXT"),
              ("dead_letter", "TEXT"), ("retry_at_ms", "BIGINT"), ("updated_ms", "BIGINT"), ("provider_ref", "TEXT"),
              ("attempts", "INTEGER"))
@@ -113,18 +117,18 @@ def _lock_counters(db: Database, cur: Any, limits: Iterable[LimitClaim], now_ms:
             params,
         )
         marks, keys_in = db.in_list(part)
-        db.exec(
-            cur,
-            f"SELECT counter_key FROM limit_counter WHERE counter_key IN ({marks}) ORDER BY counter_key"
-            f"{db.for_update}",
-            keys_in,
-        ).fetchall()
-        for key, unit in db.exec(
-            cur,
-            f"SELECT counter_key, unit FROM limit_unit WHERE counter_key IN ({marks}) AND expires_ms > ?",
+        if db.for_update:  # PostgreSQL: the counters' rows locked; a SQLite writer holds the file's lock
+            db.exec(
+                cur,
+                f"SELECT counter_key FROM limit_counter WHERE counter_key IN ({marks}) ORDER BY counter_key"
+                f"{db.for_update}",
+                keys_in,
+            ).fetchall()
+        for key, unit in db.select_rows(
+            cur, "counter_key, unit", f"FROM limit_unit WHERE counter_key IN ({marks}) AND expires_ms > ?",
             (*keys_in, now_ms),
-        ).fetchall():
-            out.units[key].add(unit)
+        ):
+            out.units[str(key)].add(str(unit))
     return out
 
 
@@ -137,22 +141,19 @@ def _rows(
     inserted: set[str] = set()
     rows: dict[str, StatusRow] = {}
     for part in _chunks(ordered):
-        new, values = db.many_rows(
-            [
-                (r.message_key, r.notification_id, r.channel.value, r.lane.value, DeliveryStatus.QUEUED.value,
-                 now_ms, now_ms, r.user_id)
-                for r in part
-            ],
-            "(?, ?, ?, ?, ?, 0, ?, ?, ?)",
-        )
-        made = db.exec(
-            cur,
-            "INSERT INTO delivery_status (message_key, notification_id, channel, lane, status, attempts,"
-            f" created_ms, updated_ms, user_id) VALUES {new} ON CONFLICT (message_key) DO NOTHING"
-            " RETURNING message_key",
-            values,
-        ).fetchall()
-        made_now = {r[0] for r in made}
+        if db.dialect == "sqlite":
+            # the transaction holds the file's write lock: a row not there now is this insert's to
+            # make, so the rows there are read first and the insert returns none (each row a
+            # result returns is a step, and a step in a busy process waits for the interpreter)
+            there = _read_rows(db, cur, [r.message_key for r in part])
+            rows.update(there)
+            missing = [r for r in part if r.message_key not in there]
+            if missing:
+                db.exec(cur, *_insert_queued(db, missing, now_ms))
+            made_now = {r.message_key for r in missing}
+        else:  # another transaction may insert meanwhile: the insert says which rows it made
+            text, values = _insert_queued(db, part, now_ms)
+            made_now = {r[0] for r in db.exec(cur, text + " RETURNING message_key", values).fetchall()}
         inserted |= made_now
         for r in part:  # a row just made is as inserted (and locked by the insert): not read back
             if r.message_key in made_now:
@@ -162,19 +163,33 @@ def _rows(
                     retry_at_ms=None, lease_until_ms=0, owner=None, unpublished=False, updated_ms=now_ms,
                     user_id=r.user_id,
                 )
-        existing = [r.message_key for r in part if r.message_key not in made_now]
-        if not existing:
-            continue
-        marks, keys = db.in_list(existing)
-        for found in db.exec(
-            cur,
-            f"SELECT {_COLUMNS} FROM delivery_status WHERE message_key IN ({marks}) ORDER BY message_key"
-            f"{db.for_update}",
-            keys,
-        ).fetchall():
-            row = StatusRow.from_db(found)
-            rows[row.message_key] = row
+        existing = [r.message_key for r in part if r.message_key not in made_now and r.message_key not in rows]
+        if existing:
+            rows.update(_read_rows(db, cur, existing))
     return rows, inserted
+
+
+def _insert_queued(db: Database, part: Sequence[ClaimRequest], now_ms: int) -> tuple[str, list[Any]]:
+    """The statement that makes these requests' rows queued where missing, and its parameters."""
+    new, values = db.many_rows(
+        [
+            (r.message_key, r.notification_id, r.channel.value, r.lane.value, DeliveryStatus.QUEUED.value,
+             now_ms, now_ms, r.user_id)
+            for r in part
+        ],
+        "(?, ?, ?, ?, ?, 0, ?, ?, ?)",
+    )
+    return ("INSERT INTO delivery_status (message_key, notification_id, channel, lane, status, attempts,"
+            f" created_ms, updated_ms, user_id) VALUES {new} ON CONFLICT (message_key) DO NOTHING", values)
+
+
+def _read_rows(db: Database, cur: Any, keys: Sequence[str]) -> dict[str, StatusRow]:
+    """These keys' rows (those there), locked in key order (PostgreSQL; on SQLite the writer
+    holds the file)."""
+    marks, params = db.in_list(sorted(keys))
+    found = db.select_rows(cur, _COLUMNS, f"FROM delivery_status WHERE message_key IN ({marks})"
+                           f" ORDER BY message_key{db.for_update}", params)
+    return {row.message_key: row for row in map(StatusRow.from_db, found)}
 
 
 def claim_many(
@@ -223,13 +238,13 @@ def _claim_round(
                 (r.message_key, verdict.status.value, r.attempt, verdict.reason, verdict.not_before_ms, *template)
             )
         results.append((i, (decision, row, verdict)))
-    if consumed:
-        cur.executemany(
-            db.sql(
-                "INSERT INTO limit_unit (counter_key, unit, expires_ms) VALUES (?, ?, ?)"
-                " ON CONFLICT (counter_key, unit) DO NOTHING"
-            ),
-            consumed,
+    for part in _chunks(consumed):
+        values, params = db.with_values(_CONSUMED, part)
+        db.exec(
+            cur,
+            values + "INSERT INTO limit_unit (counter_key, unit, expires_ms) SELECT c, u, e FROM v WHERE c IS NOT NULL"
+            " ON CONFLICT (counter_key, unit) DO NOTHING",
+            params,
         )
     for part in _chunks(sending):
         values, params = db.with_values(_SENDING, part)
@@ -301,20 +316,24 @@ def finish_many(db: Database, requests: Sequence[FinishRequest], *, owner: str) 
                         for r in (requests[i] for i in part)
                     ],
                 )
-                done = {
-                    row[0]
-                    for row in db.exec(
-                        cur,
-                        values
-                        + "UPDATE delivery_status SET status = v.status, provider = v.provider,"
-                        " last_error = v.last_error, dead_letter = v.dead_letter, retry_at_ms = v.retry_at_ms,"
-                        " lease_until_ms = 0, unpublished = 1, updated_ms = v.updated_ms,"
-                        " provider_ref = v.provider_ref FROM v WHERE delivery_status.message_key = v.k"
-                        " AND delivery_status.status = ? AND delivery_status.attempts = v.attempts"
-                        " AND delivery_status.owner = ? RETURNING message_key",
-                        [*params, DeliveryStatus.SENDING.value, owner],
-                    ).fetchall()
-                }
+                update = (
+                    "UPDATE delivery_status SET status = v.status, provider = v.provider,"
+                    " last_error = v.last_error, dead_letter = v.dead_letter, retry_at_ms = v.retry_at_ms,"
+                    " lease_until_ms = 0, unpublished = 1, updated_ms = v.updated_ms,"
+                    f" provider_ref = v.provider_ref FROM v WHERE {_HELD}"
+                )
+                params += [DeliveryStatus.SENDING.value, owner]
+                if db.dialect == "sqlite":
+                    # the claims still held, read as one row (the write lock is this transaction's:
+                    # the update changes exactly those), then the update, which returns no rows
+                    done = {str(k) for (k,) in db.select_rows(cur, "delivery_status.message_key",
+                                                               f"FROM delivery_status, v WHERE {_HELD}", params,
+                                                               with_=values)}
+                    if done:
+                        db.exec(cur, values + update, params)
+                else:
+                    returned = db.exec(cur, values + update + " RETURNING message_key", params).fetchall()
+                    done = {row[0] for row in returned}
                 for i in part:
                     recorded[i] = requests[i].message_key in done
         deactivations = [

@@ -217,15 +217,18 @@ class Database:
         params = [v for r in rows for v in r] + [None] * (len(columns) * (n - len(rows)))
         return f"WITH v ({names}) AS (VALUES {', '.join([first, *[row] * (n - 1)])}) ", params
 
-    def select_rows(self, cur: Any, columns: str, rest: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
-        """The rows of ``SELECT <columns> <rest>``. On SQLite they come as one row, a JSON array
-        of them (texts, numbers and NULLs only): ``sqlite3`` lets the interpreter's lock go around
-        each step, each row of a result is one, and in a busy process each step waits to take the
-        lock back (``ops.gil``)."""
+    def select_rows(self, cur: Any, columns: str, rest: str, params: Iterable[Any] = (),
+                    with_: str = "") -> list[tuple[Any, ...]]:
+        """The rows of ``<with_>SELECT <columns> <rest>`` (``with_``: a ``WITH ...`` clause, as
+        ``with_values`` writes one). On SQLite they come as one row, a JSON array of them (texts,
+        numbers and NULLs only): ``sqlite3`` lets the interpreter's lock go around each step, each
+        row of a result is one, and in a busy process each step waits to take the lock back
+        (``ops.gil``)."""
         if self.dialect == "sqlite":
-            (text,) = self.exec(cur, f"SELECT json_group_array(json_array({columns})) {rest}", params).fetchone()
+            (text,) = self.exec(cur, f"{with_}SELECT json_group_array(json_array({columns})) {rest}",
+                                params).fetchone()
             return [tuple(row) for row in json.loads(text)]
-        return [tuple(row) for row in self.exec(cur, f"SELECT {columns} {rest}", params).fetchall()]
+        return [tuple(row) for row in self.exec(cur, f"{with_}SELECT {columns} {rest}", params).fetchall()]
 
     def exec(self, cur: Any, text: str, params: Iterable[Any] = ()) -> Any:
         cur.execute(self.sql(text), tuple(params))

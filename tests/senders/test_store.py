@@ -214,6 +214,41 @@ def test_a_batch_changes_the_rows_exactly_as_one_message_at_a_time_does(store: S
         assert replace(b, message_key=a.message_key) == a, k
     assert [rows[f"b{k}"].unpublished for k in ("k1", "k2", "k3", "k4")] == [False, False, True, False]
 
+def test_on_sqlite_a_batch_is_the_same_few_statements_whatever_its_size(tmp_path: Path) -> None:
+    """A claim batch (with limit counters) and an outcome batch run as many statements for 4
+    messages as for 200, none of them one per message: in a busy process each step of a statement
+    waits for the interpreter's lock while the store file's write lock is held (``ops.gil``)."""
+    store = open_store(str(tmp_path / "store.sqlite3"), synchronous="NORMAL")
+    day = 86_400_000
+    statements: list[str] = []
+    store.db._connection().set_trace_callback(statements.append)
+
+    def limit(n: int) -> LimitClaim:
+        return LimitClaim(f"otp:u{n % 3}:0", f"n{n}", 1_000, Reason.MARKETING_LIMIT, 2 * day)
+
+    def send(n: int) -> object:
+        return lambda counts, first: RuleVerdict(consume=(limit(n),))
+
+    def batch(size: int, start: int) -> tuple[int, int]:
+        keys = [f"s{start + i}" for i in range(size)]
+        statements.clear()
+        claimed = claim_many(store.db, [ClaimRequest(k, "n", SMS, NORMAL, 1, "u", send(start + i), (limit(start + i),))
+                                        for i, k in enumerate(keys)], now_ms=1000, lease_ms=60_000, owner="w1")
+        assert [d.action for d, _, _ in claimed] == [ClaimAction.CLAIM] * size
+        claims = len(statements)
+        statements.clear()
+        assert finish_many(store.db, [FinishRequest(k, 1, SENT, "p", None, 1100) for k in keys], owner="w1") == [True] * size
+        return claims, len(statements)
+
+    small, large = batch(4, 0), batch(200, 1000)
+    assert small == large, (small, large)
+    assert large[0] <= 10 and large[1] <= 4, large
+    claimed_again = claim_many(store.db, [ClaimRequest("s1", "n", SMS, NORMAL, 1, "u", send(1), (limit(1),))],
+                               now_ms=2000, lease_ms=60_000, owner="w2")
+    assert claimed_again[0][0].action is not ClaimAction.CLAIM  # sent already: read, not made again
+    assert len(store.limit_units("otp:u1:0")) == 1 + 67  # s1 and s1000 .. s1198 step 3: each unit once
+
+
 # -- the handler -----------------------------------------------------------------------------------
 
 

@@ -502,11 +502,14 @@ def test_savepoint_dir_defaults_to_the_checkpoint_dir(tmp_path: Path) -> None:
     assert FlinkSettings(savepoint_dir="file:///data/savepoints").savepoint_uri() == "file:///data/savepoints"
 
 
-def test_the_api_switch_interval_is_positive_and_bounded() -> None:
-    def api(value: object) -> float:
-        return Settings().with_overrides(api={"switch_interval_ms": value}).api.switch_interval_ms
+@pytest.mark.parametrize("section", ["api", "senders"])
+def test_the_switch_interval_is_positive_and_bounded(section: str) -> None:
+    def interval(value: object) -> float:
+        return float(getattr(Settings().with_overrides(**{section: {"switch_interval_ms": value}}),
+                             section).switch_interval_ms)
 
-    assert api("0.5") == 0.5 and api(100) == 100.0
+    assert getattr(Settings(), section).switch_interval_ms == 1.0
+    assert interval("0.5") == 0.5 and interval(100) == 100.0
     for bad in (0, -1, "fast", 100.5, 1e12):
-        with pytest.raises(ConfigError, match=r"^api\.switch_interval_ms: "):
-            api(bad)
+        with pytest.raises(ConfigError, match=rf"^{section}\.switch_interval_ms: "):
+            interval(bad)
