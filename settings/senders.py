@@ -124,8 +124,10 @@ class SendersSettings(Section):
     :param switch_interval_ms: Python's switch interval in ``senders run``: how long a thread
         running Python code (the event loop's calls, another worker's rules) may keep the
         interpreter's lock from a worker's store thread, which wants it back after each step of
-        its statements while it holds the store file's write lock (``ops.gil``; CPython's default
-        is 5; more than 0, at most 100)
+        its statements while it holds the store file's write lock (``ops.gil``; more than 0, at
+        most 100). 5, CPython's own: 1 shortens a claim beside a busy thread 65 -> 15 ms
+        (``python -m bench.claim_round``), but beside the whole pipeline the codes' p99 in the
+        flood was 1.36 and 1.49 s at 1 against 1.00 s at 5 (bench/results/slo-2026-12-07-s47-*)
     :param metrics_port: ``senders run`` serves its Prometheus metrics on 127.0.0.1:PORT/metrics
         (0: not served; ``--metrics-port`` overrides it); ``dedupctl slo`` reads them there
     :param provider_prices: a message's price per provider, ``label=PRICE;label=PRICE`` (the
@@ -234,7 +236,7 @@ class SendersSettings(Section):
     metrics_port: int = Field(default=0, ge=0, le=65_535)
     nice: int = Field(default=0, ge=0, le=19)
     cpu_idle: Flag = False
-    switch_interval_ms: float = Field(default=1.0, gt=0.0, le=100.0)
+    switch_interval_ms: float = Field(default=5.0, gt=0.0, le=100.0)
     provider_prices: str = ""
     http_timeout_ms: int = 5_000
     http_token: OptionalSecret = None
