@@ -146,7 +146,7 @@ class Database:
         where: str,
         attached: frozenset[str] = frozenset(),
         store_tables: bool = True,
-        turns: tuple[Turns, ...] = (),
+        turns: Turns | None = None,
         turn_timeout_s: float = 30.0,
     ) -> None:
         self.dialect = dialect
@@ -168,8 +168,8 @@ class Database:
         #: ``BEGIN IMMEDIATE`` to its ``COMMIT``; seconds): every other writer of the file waits
         #: that long (the senders' metric)
         self.on_lock_held: Callable[[float], None] | None = None
-        #: SQLite: the write turns of the files a write transaction locks (``senders.store.turns``):
-        #: this process's writers of a file take it one at a time, ``write_priority`` HIGH first
+        #: SQLite, a connection to one file: its write turns (``senders.store.turns``): this
+        #: process's writers of the file take it one at a time, ``write_priority`` HIGH first
         self._turns = turns
         self._turn_timeout_s = turn_timeout_s
         self.write_priority = NORMAL
@@ -299,7 +299,7 @@ class Database:
             locked = 0.0
             if self.dialect == "sqlite":
                 started = time.perf_counter()
-                if write and self._turns:
+                if write and self._turns is not None:
                     turn.enter_context(in_turn(self._turns, self.write_priority, self._turn_timeout_s))
                 cur.execute("BEGIN IMMEDIATE" if write else "BEGIN")
                 locked = time.perf_counter()
@@ -402,7 +402,7 @@ def _sqlite(location: str, synchronous: str, busy_timeout_ms: int, attach: Mappi
 
     return Database(connect, dialect="sqlite", transient=(sqlite3.OperationalError,), where=str(path),
                     attached=frozenset(attach), store_tables=store_tables,
-                    turns=tuple(turns_of(str(f)) for f in (path, *attach.values())),
+                    turns=None if attach else turns_of(str(path)),
                     turn_timeout_s=busy_timeout_ms / 1000)
 
 

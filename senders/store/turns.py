@@ -7,7 +7,10 @@ the writers can wait for each other instead: each write transaction first takes 
 here (a condition variable: the next one starts as soon as the last commits), and a transaction
 of the high lane (the senders' priority lane: one-time codes) goes before every normal one that
 waits, so a code's claim waits for at most the transaction in progress, not for the campaign's
-queue. Other processes that write the file still meet SQLite's own lock.
+queue. Other processes that write the file still meet SQLite's own lock, and so does a
+connection that has other files attached (a transaction of it locks them all: holding one file's
+turn while SQLite makes it wait for another file would hold up this process's writers of the
+first, which need nothing of the second).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 #: ``Database.write_priority`` of the transactions that go first
@@ -84,15 +87,10 @@ def turns_of(path: str) -> Turns:
 
 
 @contextmanager
-def in_turn(files: Iterable[Turns], priority: int, timeout_s: float) -> Iterator[None]:
-    """Hold the turn of each of ``files`` (taken in one order, so two writers of overlapping files
-    never wait for each other in a circle), for one write transaction."""
-    held: list[Turns] = []
+def in_turn(turns: Turns, priority: int, timeout_s: float) -> Iterator[None]:
+    """Hold the file's turn for one write transaction."""
+    turns.take(priority, timeout_s)
     try:
-        for turns in sorted(files, key=id):
-            turns.take(priority, timeout_s)
-            held.append(turns)
         yield
     finally:
-        for turns in reversed(held):
-            turns.give()
+        turns.give()

@@ -147,3 +147,38 @@ def test_one_object_per_file_and_a_turn_given_back_only_by_its_holder(tmp_path: 
     assert len(errors) == 1 and "does not hold it" in str(errors[0])
     turns.give()
     assert turns._holder is None
+
+
+def test_a_connection_with_another_file_attached_holds_up_no_writer_of_that_file(tmp_path: Path) -> None:
+    """It takes no turns (its transaction locks both files): while SQLite makes it wait for one
+    file, held by another process, this process's writers of the other go on."""
+    import sqlite3
+
+    store, requests = tmp_path / "store.db", tmp_path / "requests.db"
+    _db(store).close()
+    alone = _db(requests)
+    both = open_database(str(store), synchronous="NORMAL", busy_timeout_ms=10_000, attach={"r": requests},
+                         store_tables=False)
+    other = sqlite3.connect(str(store), isolation_level=None, timeout=0)  # as another process would
+    other.execute("BEGIN IMMEDIATE")
+    waited = threading.Event()
+
+    def write_both() -> None:
+        with both.tx() as cur:
+            cur.execute("INSERT INTO main.t VALUES ('both', 0)")
+        waited.set()
+
+    t = threading.Thread(target=write_both)
+    t.start()
+    try:
+        time.sleep(0.2)  # in SQLite's busy handler by now
+        began = time.monotonic()
+        with alone.tx() as cur:
+            cur.execute("INSERT INTO t VALUES ('alone', 0)")
+        assert time.monotonic() - began < 1.0
+        assert not waited.is_set()
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+        t.join(15)
+    assert waited.is_set()
