@@ -33,7 +33,6 @@ from senders.statuses import Lane
 from senders.store.db import Database
 from senders.store.profiles import ProfileCache, ProfileStore
 from senders.store.status import StatusStore, open_store
-from senders.store.turns import HIGH
 from senders.templates.catalog import Catalog, load_catalog
 from settings import Settings
 
@@ -416,8 +415,6 @@ def build_pool(
                 txn_id = f"{group_id(cfg, channel, lane)}.{instance}.{n}"
                 store = open_status_store(cfg)
                 watch_store(metrics, store.db, channel, lane)
-                if lane is Lane.PRIORITY:  # its claims and outcomes before the normal lanes' (senders.store.turns)
-                    store.db.write_priority = HIGH
                 handler = DeliveryHandler(
                     channel=channel,
                     lane=lane,

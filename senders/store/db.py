@@ -12,13 +12,12 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from senders.errors import StatusStoreError, StoreUnavailableError
-from senders.store.turns import NORMAL, Turns, in_turn, turns_of
 
 logger = logging.getLogger(__name__)
 
@@ -146,8 +145,6 @@ class Database:
         where: str,
         attached: frozenset[str] = frozenset(),
         store_tables: bool = True,
-        turns: Turns | None = None,
-        turn_timeout_s: float = 30.0,
     ) -> None:
         self.dialect = dialect
         #: the other SQLite files each connection has attached, by schema name
@@ -168,11 +165,6 @@ class Database:
         #: ``BEGIN IMMEDIATE`` to its ``COMMIT``; seconds): every other writer of the file waits
         #: that long (the senders' metric)
         self.on_lock_held: Callable[[float], None] | None = None
-        #: SQLite, a connection to one file: its write turns (``senders.store.turns``): this
-        #: process's writers of the file take it one at a time, ``write_priority`` HIGH first
-        self._turns = turns
-        self._turn_timeout_s = turn_timeout_s
-        self.write_priority = NORMAL
 
     @property
     def for_update(self) -> str:
@@ -294,13 +286,10 @@ class Database:
         they read cannot change under them."""
         conn = self._connection()
         cur = conn.cursor()
-        turn = ExitStack()
         try:
             locked = 0.0
             if self.dialect == "sqlite":
                 started = time.perf_counter()
-                if write and self._turns is not None:
-                    turn.enter_context(in_turn(self._turns, self.write_priority, self._turn_timeout_s))
                 cur.execute("BEGIN IMMEDIATE" if write else "BEGIN")
                 locked = time.perf_counter()
                 if write and self.on_lock_wait is not None:
@@ -322,7 +311,6 @@ class Database:
                 cur.close()
             except Exception:  # noqa: BLE001 - the connection is gone already
                 pass
-            turn.close()  # after the commit or the rollback: the next writer's turn
 
     def _rollback_or_drop(self) -> None:
         if self._conn is None:
@@ -401,9 +389,7 @@ def _sqlite(location: str, synchronous: str, busy_timeout_ms: int, attach: Mappi
         return conn
 
     return Database(connect, dialect="sqlite", transient=(sqlite3.OperationalError,), where=str(path),
-                    attached=frozenset(attach), store_tables=store_tables,
-                    turns=None if attach else turns_of(str(path)),
-                    turn_timeout_s=busy_timeout_ms / 1000)
+                    attached=frozenset(attach), store_tables=store_tables)
 
 
 def open_database(

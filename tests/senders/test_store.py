@@ -524,3 +524,39 @@ def test_the_rows_of_a_notification_a_dedup_key_and_a_user(store: StatusStore) -
     # LIKE's wildcards in the key are literal, and a longer key sharing the prefix is not this one
     assert sorted(r.message_key for r in store.rows_of_dedup_key("a_b:1")) == ["a_b:1:push:5", "a_b:1:sms:5"]
     assert sorted(r.notification_id for r in store.rows_of_user("u1")) == ["n-1", "n-1", "n-2"]
+
+
+def test_a_worker_s_write_transactions_are_timed_its_wait_for_the_file_and_its_hold(tmp_path: Path) -> None:
+    """``sender_store_lock_wait_seconds`` and ``sender_store_lock_held_seconds`` by channel and
+    lane (SQLite): a transaction that waits for another connection's is told that wait, and each
+    how long it held the file; a read takes no write lock and is told nothing."""
+    from senders.runtime.pool import watch_store
+
+    location = str(tmp_path / "store.sqlite3")
+    first, second = open_store(location, synchronous="NORMAL"), open_store(location, synchronous="NORMAL")
+    metrics = Metrics()
+    watch_store(metrics, second.db, SMS, Lane.PRIORITY)
+    first_in = threading.Event()
+
+    def hold() -> None:
+        with first.db.tx():
+            first_in.set()
+            threading.Event().wait(0.3)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    first_in.wait(10)
+    with second.db.tx() as cur:
+        cur.execute("SELECT 1").fetchall()
+        threading.Event().wait(0.1)
+    t.join(10)
+    with second.db.tx(write=False) as cur:
+        cur.execute("SELECT 1").fetchall()
+    labels = {"channel": "sms", "lane": "priority"}
+    assert metrics.value("sender_store_lock_wait_seconds_count", **labels) == 1
+    assert 0.1 < metrics.value("sender_store_lock_wait_seconds_sum", **labels) < 5
+    assert metrics.value("sender_store_lock_held_seconds_count", **labels) == 1
+    assert 0.1 <= metrics.value("sender_store_lock_held_seconds_sum", **labels) < 5
+    assert metrics.value("sender_store_transactions_total", **labels) == 2
+    assert 'sender_store_lock_held_seconds_bucket{channel="sms",lane="priority",le="0.25"} 1' in (
+        metrics.render_prometheus())
