@@ -179,7 +179,8 @@ def test_the_rate_limit_paces_the_starts_of_concurrent_calls(
             # scheduling on top of the bucket (in a full make test on 2 cores, 14 calls stamped
             # within 6 ms once, the 20 ms allowed before being too few)
             assert j - i + 1 <= burst + rate * (calls[j] - calls[i] + 0.05) + 1, (i, j, calls[j] - calls[i])
-    assert slow_provider.peak_rate(1.0) <= burst + rate + 1  # the stub's calls per second
+    # the stub's calls per second, with the same 50 ms of stamping allowed (112 once in a full make test)
+    assert slow_provider.peak_rate(1.0) <= burst + rate * (1.0 + 0.05) + 1
     assert slow_provider.peak_in_flight >= 15  # 100/s x 200 ms: about 20 open at once
 
 
