@@ -17,12 +17,11 @@ import argparse
 import json
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.api_load import percentile
+from bench.in_process import add_interpreter_options, count_statements, interpreter, ms
 from operators.records import Channel
 from senders.policy.transitions import OutcomePlan
 from senders.policy.verdict import RuleVerdict
@@ -33,11 +32,6 @@ from senders.store.batches import ClaimRequest, FinishRequest, claim_many, finis
 from senders.store.status import open_store
 
 SENT = OutcomePlan(DeliveryStatus.SENT)
-
-
-def _ms(seconds: list[float]) -> dict[str, float]:
-    ms = sorted(t * 1000 for t in seconds)
-    return {"p50": round(percentile(ms, 0.5), 2), "p99": round(percentile(ms, 0.99), 2), "max": round(ms[-1], 2)}
 
 
 def _request(n: int, now_ms: int) -> ClaimRequest:
@@ -53,45 +47,32 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--batch", type=int, default=16, help="messages claimed, and finished, per round")
-    parser.add_argument("--busy", action="store_true", help="a second thread runs Python code throughout")
-    parser.add_argument("--switch-ms", type=float, default=None, help="sys.setswitchinterval, ms (5: CPython's)")
+    add_interpreter_options(parser)
     args = parser.parse_args()
-    if args.switch_ms is not None:
-        sys.setswitchinterval(args.switch_ms / 1000)
     store = open_store(str(Path(tempfile.mkdtemp(prefix="claim-round-")) / "status.sqlite3"), synchronous="FULL")
-    statements = [0]
-    store.db._connection().set_trace_callback(lambda _sql: statements.__setitem__(0, statements[0] + 1))
+    statements = count_statements(store.db)
     held = {"claim": [], "finish": []}  # type: dict[str, list[float]]
     counted = {"claim": 0, "finish": 0}
-    stop = threading.Event()
-
-    def spin() -> None:
+    with interpreter(args):
         n = 0
-        while not stop.is_set():
-            n += 1
-
-    if args.busy:
-        threading.Thread(target=spin, daemon=True).start()
-    n = 0
-    for _ in range(args.rounds):
-        now = int(time.time() * 1000)
-        requests = [_request(n + i, now) for i in range(args.batch)]
-        n += args.batch
-        finishes = [FinishRequest(r.message_key, 1, SENT, "p", None, now) for r in requests]
-        for what in ("claim", "finish"):
-            before = statements[0]
-            started = time.perf_counter()
-            if what == "claim":
-                done: list[Any] = claim_many(store.db, requests, now_ms=now, lease_ms=60_000, owner="w")
-            else:
-                done = finish_many(store.db, finishes, owner="w")
-            held[what].append(time.perf_counter() - started)
-            counted[what] += statements[0] - before
-            assert len(done) == args.batch
-    stop.set()
+        for _ in range(args.rounds):
+            now = int(time.time() * 1000)
+            requests = [_request(n + i, now) for i in range(args.batch)]
+            n += args.batch
+            finishes = [FinishRequest(r.message_key, 1, SENT, "p", None, now) for r in requests]
+            for what in ("claim", "finish"):
+                before = statements[0]
+                started = time.perf_counter()
+                if what == "claim":
+                    done: list[Any] = claim_many(store.db, requests, now_ms=now, lease_ms=60_000, owner="w")
+                else:
+                    done = finish_many(store.db, finishes, owner="w")
+                held[what].append(time.perf_counter() - started)
+                counted[what] += statements[0] - before
+                assert len(done) == args.batch
     print(json.dumps({
         "rounds": args.rounds, "batch": args.batch, "busy": args.busy, "switch_ms": sys.getswitchinterval() * 1000,
-        **{f"{what}_ms": _ms(times) for what, times in held.items()},
+        **{f"{what}_ms": ms(times) for what, times in held.items()},
         **{f"{what}_statements": round(counted[what] / args.rounds, 1) for what in counted},
     }))
     return 0

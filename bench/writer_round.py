@@ -18,7 +18,6 @@ import argparse
 import json
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -28,7 +27,7 @@ from api.database import StoreAccess
 from api.idempotency import Completion, Reserve, Terms, write_batch
 from api.store import RequestRecord
 from api.tables import prepare
-from bench.api_load import percentile
+from bench.in_process import add_interpreter_options, count_statements, interpreter, ms
 from bench.senders_load import profile_line
 from senders.profiles.crypto import generate_key
 from senders.profiles.model import parse_profile
@@ -46,21 +45,13 @@ def _profile(i: int) -> dict[str, Any]:
     return profile
 
 
-def _ms(seconds: list[float]) -> dict[str, float]:
-    ms = sorted(t * 1000 for t in seconds)
-    return {"p50": round(percentile(ms, 0.5), 2), "p99": round(percentile(ms, 0.99), 2), "max": round(ms[-1], 2)}
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--batch", type=int, default=32, help="reservations, and completions, per round")
-    parser.add_argument("--busy", action="store_true", help="a second thread runs Python code throughout")
-    parser.add_argument("--switch-ms", type=float, default=None, help="sys.setswitchinterval, ms (5: CPython's)")
+    add_interpreter_options(parser)
     parser.add_argument("--profiles", action="store_true", help="then read the round's users' profiles")
     args = parser.parse_args()
-    if args.switch_ms is not None:
-        sys.setswitchinterval(args.switch_ms / 1000)
 
     work = Path(tempfile.mkdtemp(prefix="writer-round-"))
     access = StoreAccess(str(work / "status.db"))
@@ -77,49 +68,38 @@ def main() -> int:
         profiles = open_profile_store(cfg)
         for start in range(0, users, 5000):
             profiles.put_many((f"u{i}", parse_profile(_profile(i))) for i in range(start, min(users, start + 5000)))
-    statements = [0]
+    statements = count_statements(db)
     total = 0
-    db._connection().set_trace_callback(lambda _sql: statements.__setitem__(0, statements[0] + 1))
-
-    stop = threading.Event()
-
-    def spin() -> None:
-        n = 0
-        while not stop.is_set():
-            n += 1
-
-    if args.busy:
-        threading.Thread(target=spin, daemon=True).start()
     terms = Terms(int(time.time() * 1000), 86_400_000, 35_000)
     pending: list[Completion] = []
     times: list[float] = []
     reads: list[float] = []
     i = 0
-    for _ in range(args.rounds):
-        reserve = []
-        for _ in range(args.batch):
-            key, nid = f"k-{uuid.uuid4().hex}", uuid.uuid4().hex
-            reserve.append(Reserve(key, f"fp{i}", nid, f"u{i}"))  # a user new to each round
-            i += 1
-        before = statements[0]
-        started = time.perf_counter()
-        write_batch(db, pending, (), reserve, terms)
-        times.append(time.perf_counter() - started)
-        total += statements[0] - before
-        if profiles is not None:
+    with interpreter(args):
+        for _ in range(args.rounds):
+            reserve = []
+            for _ in range(args.batch):
+                key, nid = f"k-{uuid.uuid4().hex}", uuid.uuid4().hex
+                reserve.append(Reserve(key, f"fp{i}", nid, f"u{i}"))  # a user new to each round
+                i += 1
+            before = statements[0]
             started = time.perf_counter()
-            got = profiles.read_many(r.user_id for r in reserve)
-            reads.append(time.perf_counter() - started)
-            assert len(got) == len(reserve), len(got)
-        pending = [(r.key, {"id": r.notification_id, "status": "accepted"}, _record(r.key, r.notification_id, n))
-                   for n, r in enumerate(reserve)]
-    stop.set()
+            write_batch(db, pending, (), reserve, terms)
+            times.append(time.perf_counter() - started)
+            total += statements[0] - before
+            if profiles is not None:
+                started = time.perf_counter()
+                got = profiles.read_many(r.user_id for r in reserve)
+                reads.append(time.perf_counter() - started)
+                assert len(got) == len(reserve), len(got)
+            pending = [(r.key, {"id": r.notification_id, "status": "accepted"}, _record(r.key, r.notification_id, n))
+                       for n, r in enumerate(reserve)]
     print(json.dumps({
         "rounds": args.rounds, "batch": args.batch, "busy": args.busy,
         "switch_ms": sys.getswitchinterval() * 1000,
-        "round_ms": _ms(times),
+        "round_ms": ms(times),
         "statements_per_round": round(total / args.rounds, 1),
-    } | ({"profile_read_ms": _ms(reads)} if reads else {})))
+    } | ({"profile_read_ms": ms(reads)} if reads else {})))
     return 0
 
 
