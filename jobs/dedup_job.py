@@ -171,8 +171,9 @@ def build_pipeline(env: StreamExecutionEnvironment, cfg: Settings) -> None:
         .uid(UID_DEDUP)
     )
     # the records each verdict means, encoded in the JVM (RouteOutcomes.java)
+    topic_names = java_map(cfg.topics.by_role())
     j_routed = verdicts._j_data_stream.flatMap(
-        flink.RouteOutcomes(java_map(cfg.topics.by_role()), d.allowed_lateness_ms), flink.Boundary.routed()
+        flink.RouteOutcomes(topic_names, d.allowed_lateness_ms), flink.Boundary.routed()
     ).name(ROUTE_OPERATOR).uid(UID_ROUTE)
 
     sink_builder = (
@@ -183,7 +184,11 @@ def build_pipeline(env: StreamExecutionEnvironment, cfg: Settings) -> None:
     )
     for key, value in flink_conf.kafka_sink(cfg).items():
         sink_builder.set_property(key, value)
-    sink_builder._j_builder.setRecordSerializer(flink.RoutedRecordSerializer())
+    # pooling reuses a few transactional ids (flink.transaction_naming); it finds what a failed
+    # run left open through the serializer's topics, the same names RouteOutcomes writes to
+    naming = jvm.org.apache.flink.connector.kafka.sink.TransactionNamingStrategy
+    sink_builder._j_builder.setTransactionNamingStrategy(getattr(naming, cfg.flink.transaction_naming.upper()))
+    sink_builder._j_builder.setRecordSerializer(flink.RoutedRecordSerializer(topic_names))
     DataStream(j_routed).sink_to(sink_builder.build()).name("outputs").uid(UID_SINK)
 
 

@@ -42,13 +42,20 @@ def state_settings(cfg: Settings) -> dict[str, object]:
 
     dedup.shards maps dedup keys to the shards their state lives in; flink.max_parallelism fixes
     the key groups; a savepoint of one PyFlink execution mode restored in the other came back
-    empty (pyflink field notes).
+    empty (pyflink field notes); the sink's transactions in the state are named by
+    flink.transaction_naming (see ALLOWED_CHANGES).
     """
     return {
         "dedup.shards": cfg.dedup.shards,
         "flink.max_parallelism": cfg.flink.max_parallelism,
         "flink.execution_mode": cfg.flink.execution_mode,
+        "flink.transaction_naming": cfg.flink.transaction_naming,
     }
+
+
+#: changes of a state setting a restore may make: (setting, from, to). The Kafka connector takes
+#: over transactions named by ``incrementing`` under ``pooling``, not the other way
+ALLOWED_CHANGES = {("flink.transaction_naming", "incrementing", "pooling")}
 
 
 def _snapshots_in(directory: Path) -> list[Path]:
@@ -117,7 +124,8 @@ def check_restore(cfg: Settings, snapshot: str) -> None:
     except (OSError, ValueError) as exc:
         raise JobControlError(f"cannot read {found}: {exc}") from None
     now = state_settings(cfg)
-    changed = [k for k in now if k in written and written[k] != now[k]]
+    changed = [k for k in now if k in written and written[k] != now[k]
+               and (k, written[k], now[k]) not in ALLOWED_CHANGES]
     if changed:
         what = "; ".join(f"{k} was {written[k]!r}, now {now[k]!r}" for k in changed)
         raise JobControlError(

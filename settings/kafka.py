@@ -65,9 +65,9 @@ class KafkaSettings(Section):
     :param sink_linger_ms: linger.ms of the job's sink: bigger producer batches, at most this
         much more latency
     :param sink_retry_backoff_ms: retry.backoff.ms of the job's sink. Each checkpoint the sink
-        starts its next transaction under a new transactional id, and the producer it recycles
-        still knows the coordinator of its old one: on a cluster of several brokers the
-        InitProducerId goes to the wrong one, is refused (NOT_COORDINATOR), and the client
+        starts its next transaction under another transactional id (``flink.transaction_naming``),
+        and the producer it recycles still knows the coordinator of its old one: on a cluster of
+        several brokers the InitProducerId often goes to the wrong one, is refused (NOT_COORDINATOR), and the client
         sleeps this long before sending it again to the right one, inside the checkpoint's
         synchronous phase. Kafka's 100 ms was most of a checkpoint on three brokers
         (bench/README.md); a produce retry still backs off exponentially from here up to

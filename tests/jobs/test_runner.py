@@ -78,6 +78,8 @@ def test_resume_latest_finds_a_savepoint_taken_with_stop(cfg: Settings, tmp_path
         ({"dedup": {"shards": 64}}, "dedup.shards was 128, now 64"),
         ({"flink": {"max_parallelism": 256}}, "flink.max_parallelism was 128, now 256"),
         ({"flink": {"execution_mode": "process"}}, "flink.execution_mode was 'thread', now 'process'"),
+        ({"flink": {"transaction_naming": "incrementing"}},
+         "flink.transaction_naming was 'pooling', now 'incrementing'"),
     ],
 )
 def test_a_restore_with_settings_that_change_what_state_means_is_refused(
@@ -89,6 +91,20 @@ def test_a_restore_with_settings_that_change_what_state_means_is_refused(
     with pytest.raises(JobControlError, match=named.replace("(", r"\(")) as exc:
         check_restore(cfg.with_overrides(**change), str(chk))
     assert "--fresh" in str(exc.value)
+
+
+def test_a_state_of_incrementing_transaction_names_is_restored_under_pooling(cfg: Settings) -> None:
+    """How a deployment moves to pooling (the connector takes over the other naming's open
+    transactions), and a state recorded before the setting existed is restored as well."""
+    chk = snapshot(cfg.flink.checkpoint_path() / "a1b2" / "chk-1")
+    record_state_settings(cfg.with_overrides(flink={"transaction_naming": "incrementing"}))
+    check_restore(cfg, str(chk))
+    state = cfg.flink.checkpoint_path() / STATE_FILE
+    written = json.loads(state.read_text())
+    del written["flink.transaction_naming"]
+    state.write_text(json.dumps(written))
+    check_restore(cfg, str(chk))
+    check_restore(cfg.with_overrides(flink={"transaction_naming": "incrementing"}), str(chk))
 
 
 def test_the_cli_refuses_such_a_restore_with_the_setting_named(cfg: Settings, tmp_path: Path, capsys) -> None:

@@ -12,6 +12,7 @@ import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.TreeSet;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
@@ -223,6 +224,18 @@ public final class Contract implements Serializable {
             out.put(e.getKey(), e.getValue());
         }
         return out;
+    }
+
+    /** The names of the topics the job writes (those with an outcome), sorted; {@code overrides} as in {@link #topicNames}. */
+    public List<String> outputTopicNames(Map<String, String> overrides) {
+        Map<String, String> names = topicNames(overrides);
+        TreeSet<String> out = new TreeSet<>();
+        for (Topic t : topics) {
+            if (t.outcome != null) {
+                out.add(names.get(t.role));
+            }
+        }
+        return new ArrayList<>(out);
     }
 
     private JsonNode json(String file) {
