@@ -65,13 +65,13 @@ class KafkaSettings(Section):
     :param sink_linger_ms: linger.ms of the job's sink: bigger producer batches, at most this
         much more latency
     :param sink_retry_backoff_ms: retry.backoff.ms of the job's sink. Each checkpoint the sink
-        starts its next transaction under another transactional id (``flink.transaction_naming``),
-        and the producer it recycles still knows the coordinator of its old one: on a cluster of
-        several brokers the InitProducerId often goes to the wrong one, is refused (NOT_COORDINATOR), and the client
-        sleeps this long before sending it again to the right one, inside the checkpoint's
-        synchronous phase. Kafka's 100 ms was most of a checkpoint on three brokers
-        (bench/README.md); a produce retry still backs off exponentially from here up to
-        ``retry.backoff.max.ms`` (1 s)
+        starts its next transaction under another transactional id
+        (``flink.transaction_naming``), and the producer it recycles still knows the coordinator
+        of its old one: on a cluster of several brokers the InitProducerId often goes to the
+        wrong one, is refused (NOT_COORDINATOR), and the client sleeps this long before sending
+        it again to the right one, inside the checkpoint's synchronous phase. Kafka's 100 ms was
+        most of a checkpoint on three brokers (bench/README.md); a produce retry still backs off
+        exponentially from here up to ``retry.backoff.max.ms`` (1 s)
     :param sink_max_request_bytes: max.request.size of the job's sink: must hold the largest
         output record the dedup.* limits allow, and no output topic may take less (checked at start)
     :param source_fetch_min_bytes: fetch.min.bytes of the job's source: the broker answers a

@@ -83,11 +83,8 @@ public final class RouteOutcomes extends RichFlatMapFunction<Row, Row> implement
         outputs = new Outputs(contract, parser);
         handoff = BatchHandoff.queue(getRuntimeContext());
         emitted = new HashMap<>();
-        for (Contract.Topic t : contract.topics) {
-            if (t.outcome != null) {
-                String name = topicNames.get(t.role);
-                emitted.put(name, getRuntimeContext().getMetricGroup().addGroup("topic", name).counter("emitted"));
-            }
+        for (String name : contract.outputTopicNames(topicNames)) {
+            emitted.put(name, getRuntimeContext().getMetricGroup().addGroup("topic", name).counter("emitted"));
         }
         List<String> priorities = parser.schema.fields().get(parser.priority).schema.symbols();
         List<String> channels = parser.schema.fields().get(parser.channels).schema.element.symbols();

@@ -12,7 +12,6 @@ import org.apache.flink.types.Row;
 
 import java.util.ArrayList;
 import java.util.HashSet;
-import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.Set;
@@ -38,11 +37,6 @@ public final class RoutedRecordSerializer
     /** @param topicNames topic name by contract role, as {@link RouteOutcomes} takes them */
     public RoutedRecordSerializer(Map<String, String> topicNames) {
         this.topics = new ArrayList<>(Contract.packaged().outputTopicNames(topicNames));
-    }
-
-    /** The topics it may write, sorted. */
-    public List<String> topics() {
-        return List.copyOf(topics);
     }
 
     @Override
