@@ -279,6 +279,7 @@ def producer_thread(cfg: Settings, stream: Stream, rate: int, done: threading.Ev
                         break
                     except BufferError:
                         prod.poll(0.1)
+                count.records = max(count.records, i + 1)  # handed to the client
                 check(prod)
                 if i == len(stream.records) - 1:
                     remaining = prod.flush(600)
@@ -300,7 +301,6 @@ def producer_thread(cfg: Settings, stream: Stream, rate: int, done: threading.Ev
                 on_topic = records_on_topic(cfg, stream)
                 i = min((j for j in range(len(stream.records)) if j not in on_topic), default=len(stream.records))
                 continue
-            count.records = max(count.records, i + 1)
             i += 1
 
     thread = threading.Thread(target=run, name="producer", daemon=True)
