@@ -42,7 +42,7 @@ class FlinkSettings(Section):
         which the brokers keep for ``transactional.id.expiration.ms`` (7 days) and whose new
         producer id every output partition keeps for ``producer.id.expiration.ms`` (1 day):
         at the 500 ms interval that is 1.2 million ids a week per subtask (FLINK-34554; README
-        "The sink's transactional ids": 4 against 444 ids after 100 s). ``pooling`` finds what a
+        "The sink's transactional ids": 4 against 448 ids after 100 s). ``pooling`` finds what a
         failed run left open through the output topics' producers. A state written under
         ``pooling`` is not restored under ``incrementing`` (the connector does not support that
         way back); the other way is how an existing deployment moves to ``pooling``

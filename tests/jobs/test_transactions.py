@@ -4,13 +4,11 @@ default, leaves a new one on the brokers every checkpoint (kept 7 days, FLINK-34
 
 from __future__ import annotations
 
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
-from harness.local_kafka import KAFKA_JARS
+from harness.kafka_transactions import held
 from operators import codec
 from operators.records import Channel, NotificationRequest
 from ops.flink_rest import RestClient
@@ -19,15 +17,7 @@ from tests.jobs.helpers import produce, read_outputs, wait_for_total
 pytestmark = pytest.mark.integration
 
 BASE = 1_796_115_600_000
-LISTER = Path(__file__).with_name("fixtures") / "ListTransactions.java"
 CHECKPOINTS = 12
-
-
-def transactional_ids(bootstrap: str, prefix: str) -> list[str]:
-    """The cluster's transactional ids starting with ``prefix`` (Kafka's Admin.listTransactions)."""
-    listed = subprocess.run(["java", "-cp", f"{KAFKA_JARS}/*", str(LISTER), bootstrap],
-                            capture_output=True, text=True, timeout=120, check=True)
-    return sorted(line.split()[0] for line in listed.stdout.splitlines() if line.startswith(prefix))
 
 
 def completed_checkpoints(rest: RestClient, job_id: str) -> int:
@@ -59,11 +49,11 @@ def test_the_sink_reuses_its_transactional_ids_when_pooling(
         reqs += batch
         time.sleep(0.25)
     wait_for_total(kafka_bootstrap, topics, len(reqs))
-    held = transactional_ids(kafka_bootstrap, prefix)
+    ids = held(kafka_bootstrap).ids_with(prefix)
     if naming == "pooling":
         # two a subtask: the one being written and the one its last checkpoint is committing
-        assert 1 <= len(held) <= 2 * cfg.flink.parallelism, held
+        assert 1 <= len(ids) <= 2 * cfg.flink.parallelism, ids
     else:
-        assert len(held) >= CHECKPOINTS * cfg.flink.parallelism, held
+        assert len(ids) >= CHECKPOINTS * cfg.flink.parallelism, ids
     out = read_outputs(kafka_bootstrap, topics)
     assert sorted(v["notification_id"] for _, v in out[topics.push]) == sorted(r.notification_id for r in reqs)
