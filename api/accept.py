@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
 from api import jsontext
 from api.callers import Caller
@@ -18,8 +19,8 @@ from operators import codec
 from operators.errors import InvalidRecordError
 from operators.limits import RequestLimits, field_problem, request_problem
 from operators.records import Category, Channel, NotificationRequest, Priority
-from senders.rules.decision import deliverable
-from senders.store.profiles import ProfileRead
+from senders.profiles.model import Preferences
+from senders.rules.decision import ActiveContacts, Flagged, deliverable_among
 from senders.templates.catalog import Catalog, Template
 from senders.templates.errors import NoVersion
 
@@ -177,16 +178,30 @@ def accept(
     return Accepted(request, encoded, template.kind, template.allow_unverified)
 
 
-def _skip(profile: ProfileRead, channel: Channel, kind: Category, allow_unverified: bool) -> str:
-    """Why a message of this kind would not go to this channel now, by the senders' rules ("" when
-    it would): a channel without an active address is skipped, so is one without a verified
-    address (unless the template allows unverified ones), and one the user opted out of for
-    marketing."""
-    if not profile.contacts.active(channel):
+class ProfileView(Protocol):
+    """What the accept path reads of a user: ``senders.store.profiles.ProfileFlags`` (the API's
+    read, no address opened), or a whole ``ProfileRead``."""
+
+    @property
+    def exists(self) -> bool: ...
+
+    @property
+    def preferences(self) -> Preferences | None: ...
+
+    @property
+    def contacts(self) -> ActiveContacts[Flagged]: ...
+
+
+def _skip(active: tuple[Flagged, ...], preferences: Preferences | None, channel: Channel, kind: Category,
+          allow_unverified: bool) -> str:
+    """Why a message of this kind would not go to this channel (whose ``active`` addresses these
+    are) now, by the senders' rules ("" when it would): a channel without an active address is
+    skipped, so is one without a verified address (unless the template allows unverified ones),
+    and one the user opted out of for marketing."""
+    if not active:
         return "no address"
-    if not deliverable(profile.contacts, channel, kind, allow_unverified):
+    if not deliverable_among(active, kind, allow_unverified):
         return "no verified address"
-    preferences = profile.preferences
     if kind is Category.MARKETING and preferences is not None and not preferences.marketing.allows(channel):
         return "opted out"
     return ""
@@ -211,10 +226,12 @@ class Reach:
     skips: tuple[str, ...] = ()
 
     @staticmethod
-    def of(profile: ProfileRead) -> Reach:
+    def of(profile: ProfileView) -> Reach:
         if not profile.exists:
             return NO_REACH
-        return Reach(True, tuple(_skip(profile, channel, kind, unverified) for kind, unverified, channel in _ASKED))
+        active = {channel: profile.contacts.active(channel) for channel in Channel}
+        return Reach(True, tuple(_skip(active[channel], profile.preferences, channel, kind, unverified)
+                                 for kind, unverified, channel in _ASKED))
 
 
 NO_REACH = Reach(False)

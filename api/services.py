@@ -128,10 +128,7 @@ def build_services(cfg: Settings) -> Services:
                 missing.append(user_id)
             else:
                 out[user_id] = found
-        for user_id, read in (profile_store.read_many(missing) if missing else {}).items():
-            if isinstance(read, Exception):  # its contacts cannot be read: this user's request fails
-                out[user_id] = read
-                continue
+        for user_id, read in (profile_store.flags_many(missing) if missing else {}).items():
             out[user_id] = reach = Reach.of(read)
             profiles.put(user_id, reach)  # kept only when the user has a profile
         return out

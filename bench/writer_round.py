@@ -6,8 +6,9 @@ under load: a statement's steps let the interpreter's lock go (``sqlite3`` does 
 and the writer waits to take it back. Prints each round's time (p50 / p99 / max, ms: from the
 start of its transaction to its commit, SQLite's write lock held all of it) and the SQL
 statements a round ran (each row of an ``executemany`` one). ``--profiles``: then, as the writer
-does, the round's new users' profiles read in one transaction (``ProfileStore.read_many``: each
-user has an address on every channel), timed apart.
+does, what the round's new users' profiles say (``ProfileStore.flags_many`` in one transaction,
+then ``api.accept.Reach.of``: each user has an address on every channel), timed apart; and for
+comparison the same from the senders' whole read (``read_many``: the addresses opened).
 
     python -m bench.writer_round --rounds 300 --batch 32 [--busy] [--switch-ms 5] [--profiles]
 """
@@ -23,6 +24,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from api.accept import Reach
 from api.database import StoreAccess
 from api.idempotency import Completion, Reserve, Terms, write_batch
 from api.store import RequestRecord
@@ -32,6 +34,7 @@ from bench.senders_load import profile_line
 from senders.profiles.crypto import generate_key
 from senders.profiles.model import parse_profile
 from senders.runtime.pool import open_profile_store
+from senders.store.profiles import ProfileRead
 from settings import Settings
 
 
@@ -74,6 +77,7 @@ def main() -> int:
     pending: list[Completion] = []
     times: list[float] = []
     reads: list[float] = []
+    whole_reads: list[float] = []
     i = 0
     with interpreter(args):
         for _ in range(args.rounds):
@@ -88,10 +92,14 @@ def main() -> int:
             times.append(time.perf_counter() - started)
             total += statements[0] - before
             if profiles is not None:
+                users = [r.user_id for r in reserve]
                 started = time.perf_counter()
-                got = profiles.read_many(r.user_id for r in reserve)
+                reaches = [Reach.of(read) for read in profiles.flags_many(users).values()]
                 reads.append(time.perf_counter() - started)
-                assert len(got) == len(reserve), len(got)
+                started = time.perf_counter()
+                whole = [Reach.of(read) for read in profiles.read_many(users).values() if isinstance(read, ProfileRead)]
+                whole_reads.append(time.perf_counter() - started)
+                assert len(reaches) == len(reserve) and whole == reaches, (len(reaches), len(whole))
             pending = [(r.key, {"id": r.notification_id, "status": "accepted"}, _record(r.key, r.notification_id, n))
                        for n, r in enumerate(reserve)]
     print(json.dumps({
@@ -99,7 +107,7 @@ def main() -> int:
         "switch_ms": sys.getswitchinterval() * 1000,
         "round_ms": ms(times),
         "statements_per_round": round(total / args.rounds, 1),
-    } | ({"profile_read_ms": ms(reads)} if reads else {})))
+    } | ({"profile_read_ms": ms(reads), "whole_profile_read_ms": ms(whole_reads)} if reads else {})))
     return 0
 
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 from operators.records import Category, Channel
 from senders.profiles.model import Contact, Contacts, Preferences
@@ -98,11 +99,33 @@ class Decision:
     consume: tuple[LimitClaim, ...] = ()
 
 
-def deliverable(contacts: Contacts, channel: Channel, kind: Category, allow_unverified: bool) -> tuple[Contact, ...]:
+class Flagged(Protocol):
+    """What the rule asks of a contact beyond being active: whether the address is verified."""
+
+    @property
+    def verified(self) -> bool: ...
+
+
+C = TypeVar("C", bound=Flagged, covariant=True)
+
+
+class ActiveContacts(Protocol[C]):
+    """A user's contacts as the rule reads them: a channel's active ones (``Contacts``, or a
+    profile's rows read without opening their addresses, ``senders.profiles.sealed.ContactFlags``)."""
+
+    def active(self, channel: Channel) -> tuple[C, ...]: ...
+
+
+def deliverable(contacts: ActiveContacts[C], channel: Channel, kind: Category, allow_unverified: bool) -> tuple[C, ...]:
     """The addresses a message of this kind may go to: active, and verified unless a
     transactional template allows unverified ones (marketing never goes to those)."""
+    return deliverable_among(contacts.active(channel), kind, allow_unverified)
+
+
+def deliverable_among(active: tuple[C, ...], kind: Category, allow_unverified: bool) -> tuple[C, ...]:
+    """``deliverable`` of a channel's active addresses."""
     unverified_ok = allow_unverified and kind is Category.TRANSACTIONAL
-    return tuple(c for c in contacts.active(channel) if c.verified or unverified_ok)
+    return tuple(c for c in active if c.verified or unverified_ok)
 
 
 def quiet_window(preferences: Preferences) -> QuietWindow | None:

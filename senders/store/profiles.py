@@ -23,7 +23,7 @@ from typing import Any
 from operators.records import Channel
 from senders.profiles.crypto import ContactCipher
 from senders.profiles.model import STORED, Contacts, Platform, Preferences, Profile, ProfileError, parse_profile
-from senders.profiles.sealed import SealedContact, open_contacts, preferences_document, seal_contacts
+from senders.profiles.sealed import ContactFlags, SealedContact, open_contacts, preferences_document, seal_contacts
 from senders.profiles.updates import add_device, apply_contacts, apply_preferences
 from senders.rules.limits import MARKETING_PREFIX, ONE_TIME_CODE_PREFIX, is_recipients_counter, is_users_counter
 from senders.store.db import Database
@@ -54,6 +54,19 @@ class ProfileRead:
 
 
 NO_PROFILE = ProfileRead(Preferences(), Contacts(), {}, exists=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileFlags:
+    """What the API's accept path reads of a user (``ProfileStore.flags_many``): the preferences
+    (None when the stored document cannot be read) and the contacts' flags, no address opened."""
+
+    preferences: Preferences | None
+    contacts: ContactFlags
+    exists: bool = True
+
+
+NO_FLAGS = ProfileFlags(Preferences(), ContactFlags(), exists=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,11 +126,40 @@ class ProfileStore:
     ) -> dict[str, ProfileRead | ProfileError]:
         """``read`` for many users in one transaction; with ``channel``, only that channel's
         contacts are opened (a channel's sender needs no others). A user whose contacts cannot
-        be read maps to the ProfileError (so one bad row fails one message, not the batch). Two
-        statements, their rows each as one (``Database.select_rows``): the API's store writer reads
-        a round's new users so beside its busy event loop."""
+        be read maps to the ProfileError (so one bad row fails one message, not the batch)."""
+        documents, sealed = self._rows_many(user_ids, channel)
+        out: dict[str, ProfileRead | ProfileError] = {}
+        for user_id, document in documents.items():
+            if document is None:
+                out[user_id] = NO_PROFILE
+                continue
+            rows = sorted(sealed.get(user_id, []), key=lambda item: (item[0].channel.value, item[0].position))
+            try:
+                out[user_id] = self._read(document, rows)
+            except ProfileError as exc:
+                out[user_id] = exc
+        return out
+
+    def flags_many(self, user_ids: Iterable[str]) -> dict[str, ProfileFlags]:
+        """What the users' profiles say without opening an address (``ProfileFlags``): their
+        preferences and their contacts' flags, in one transaction."""
+        documents, sealed = self._rows_many(user_ids)
+        return {
+            user_id: NO_FLAGS if document is None else ProfileFlags(
+                self._preferences(document),
+                ContactFlags(tuple(row for row, _ in sealed.get(user_id, ()))),
+            )
+            for user_id, document in documents.items()
+        }
+
+    def _rows_many(
+        self, user_ids: Iterable[str], channel: Channel | None = None
+    ) -> tuple[dict[str, str | None], dict[str, list[tuple[SealedContact, int]]]]:
+        """Each user's preferences document (None: no profile) and contact rows, in one
+        transaction of two statements, their rows each as one (``Database.select_rows``): the
+        API's store writer reads a round's new users so beside its busy event loop."""
         ids = sorted(set(user_ids))
-        documents: dict[str, str] = {}
+        documents: dict[str, str | None] = dict.fromkeys(ids)
         sealed: dict[str, list[tuple[SealedContact, int]]] = {}
         only = "" if channel is None else " AND channel = ?"
         with self._db.tx(write=False) as cur:
@@ -133,18 +175,7 @@ class ProfileStore:
                 ):
                     contact = SealedContact(Channel(r[1]), int(r[2]), r[3], r[4], bool(r[5]), bool(r[6]), r[7])
                     sealed.setdefault(r[0], []).append((contact, int(r[8])))
-        out: dict[str, ProfileRead | ProfileError] = {}
-        for user_id in ids:
-            document = documents.get(user_id)
-            if document is None:
-                out[user_id] = NO_PROFILE
-                continue
-            rows = sorted(sealed.get(user_id, []), key=lambda item: (item[0].channel.value, item[0].position))
-            try:
-                out[user_id] = self._read(document, rows)
-            except ProfileError as exc:
-                out[user_id] = exc
-        return out
+        return documents, sealed
 
     def _read(self, document: str, sealed: list[tuple[SealedContact, int]]) -> ProfileRead:
         plain: dict[str, str] = {}

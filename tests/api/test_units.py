@@ -19,8 +19,9 @@ from api.store import RequestRecord, prune, request_by_id
 from api.tables import prepare
 from api.tokens import create_caller, lookup, token_hash
 from operators.records import Category, Channel, Priority
-from senders.profiles.model import Contacts, Preferences, parse_profile
-from senders.store.profiles import NO_PROFILE, ProfileRead
+from senders.profiles.crypto import ContactCipher, generate_key
+from senders.profiles.model import Contacts, Preferences, ProfileError, parse_profile
+from senders.store.profiles import NO_PROFILE, ProfileRead, ProfileStore
 from senders.templates.catalog import load_catalog
 from senders.templates.options import TemplateOptions
 from settings import REPO_ROOT, DedupSettings
@@ -89,6 +90,44 @@ def test_queued_and_skipped_say_what_the_profile_says_now() -> None:
     assert channels_now(read, (Channel.SMS,), Category.MARKETING, allow_unverified=True) == (
         [], ["sms: no verified address"])
     assert not Reach.of(NO_PROFILE).exists
+
+
+def test_the_accept_path_reads_the_contacts_flags_without_opening_an_address(tmp_path: Path) -> None:
+    """``ProfileStore.flags_many`` (the API's read) says of every channel what the senders' whole
+    read says; it needs no contact key, so a user whose addresses this process cannot open is
+    still answered by the flags (the senders, which do open them, decide at send time)."""
+    db = StoreAccess(str(tmp_path / "s.sqlite3")).open()
+    prepare(db)
+    keys = (generate_key(), generate_key())
+    profiles = ProfileStore(db, ContactCipher([keys[0]], [keys[1]]))
+    documents = {
+        "all": {"contacts": {"push": ["tok-1"], "sms": ["+8801711000001"], "email": ["a@example.com"]}},
+        "unverified": {"contacts": {"sms": [{"address": "+8801711000002", "verified": False}],
+                                    "email": [{"address": "b@example.com", "active": False}]}},
+        "second": {"contacts": {"sms": [{"address": "+8801711000003", "active": False}, "+8801711000004"],
+                                "push": [{"address": "tok-2", "verified": False}, "tok-3"]}},
+        "opted-out": {"marketing": {"email": False},
+                      "contacts": {"sms": ["+8801711000005"], "email": ["c@example.com"]}},
+        "nothing": {"contacts": {}},
+    }
+    for user, document in documents.items():
+        profiles.put(user, parse_profile(document))
+    users = [*documents, "nobody"]
+    flags = profiles.flags_many(users)
+    whole = profiles.read_many(users)
+    reaches = {user: Reach.of(flags[user]) for user in users}
+    assert reaches == {user: Reach.of(read) for user, read in whole.items() if isinstance(read, ProfileRead)}
+    assert not reaches["nobody"].exists and reaches["nothing"].exists
+    every = (Channel.PUSH, Channel.SMS, Channel.EMAIL)
+    assert channels_now(reaches["unverified"], every, Category.TRANSACTIONAL, allow_unverified=True) == (
+        ["sms"], ["push: no address", "email: no address"])
+    assert channels_now(reaches["second"], every, Category.MARKETING) == (["push", "sms"], ["email: no address"])
+    assert channels_now(reaches["opted-out"], every, Category.MARKETING) == (
+        ["sms"], ["push: no address", "email: opted out"])
+
+    elsewhere = ProfileStore(db, ContactCipher([generate_key()], [keys[1]]))  # not the key the rows were sealed with
+    assert isinstance(elsewhere.read_many(["all"])["all"], ProfileError)
+    assert Reach.of(elsewhere.flags_many(["all"])["all"]) == reaches["all"]
 
 
 def test_what_the_api_caches_of_a_profile_is_out_of_the_garbage_collector_s_sight() -> None:
