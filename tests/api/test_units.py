@@ -483,3 +483,12 @@ def test_a_sqlite_store_s_request_tables_move_to_their_own_file_once(tmp_path: P
         ("shop", "send", 1000, 7)]
     plain.close()
     moved.close()
+
+
+def test_notification_ids_are_made_in_time_order_and_never_twice() -> None:
+    from api.notifications import new_notification_id
+
+    made = [new_notification_id(NOW_S * 1000 + step) for step in (0, 0, 1, 999, 1000, 86_400_000)]
+    assert all(len(i) == 34 and i.startswith("n_") and int(i[2:], 16) >= 0 for i in made)
+    assert made[2:] == sorted(made[2:]) and made[0][:14] == made[1][:14] and len(set(made)) == len(made)
+    assert made[0][2:14] == f"{NOW_S * 1000:012x}"
