@@ -193,3 +193,26 @@ def test_the_profile_cache_keeps_a_read_for_its_ttl_and_lets_the_expired_go(stor
     assert [c.address for c in fresh["u0"].contacts.email] == ["changed@example.com"]  # type: ignore[union-attr]
     assert cache.read("u2").contacts.email[0].address == "u2@example.com"
     assert sorted(cache._entries) == ["u0", "u2"]
+
+
+def test_flags_many_reads_what_read_many_reads_without_opening_an_address(store: StatusStore) -> None:
+    """The API's read (``flags_many``): each channel's active contacts with their verified flag and
+    the preferences, as the whole read has them, and no key needed to read them."""
+    profiles = _profiles(store)
+    profiles.put("u-1", parse_profile(DOC))
+    profiles.put("u-2", parse_profile({"marketing": {"sms": False}, "contacts": {
+        "sms": [{"address": "+8801711000002", "verified": False}, {"address": "+8801711000003", "active": False}],
+        "push": [{"address": "tok-2", "platform": "ios"}]}}))
+    users = ["u-1", "u-2", "u-nobody"]
+    whole = profiles.read_many(users)
+    for reader in (profiles, _profiles(store, enc=[generate_key()])):  # the second cannot open an address
+        flags = reader.flags_many(users)
+        assert sorted(flags) == users and not flags["u-nobody"].exists
+        for user in ("u-1", "u-2"):
+            read = whole[user]
+            assert not isinstance(read, Exception)
+            assert flags[user].exists and flags[user].preferences == read.preferences
+            assert {ch: [c.verified for c in flags[user].contacts.active(ch)] for ch in Channel} == {
+                ch: [c.verified for c in read.contacts.active(ch)] for ch in Channel}
+    assert {ch: [c.verified for c in profiles.flags_many(["u-2"])["u-2"].contacts.active(ch)] for ch in Channel} == {
+        Channel.PUSH: [True], Channel.SMS: [False], Channel.EMAIL: []}
