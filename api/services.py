@@ -119,8 +119,8 @@ def build_services(cfg: Settings) -> Services:
     reads = store.open_store()  # the store writer's profile reads (api.database: not the requests file)
     profile_store = ProfileStore(reads, cipher)
 
-    def read_profiles(user_ids: Sequence[str]) -> dict[str, Reach | Exception]:
-        out: dict[str, Reach | Exception] = {}
+    def read_profiles(user_ids: Sequence[str]) -> dict[str, Reach]:
+        out: dict[str, Reach] = {}
         missing = []
         for user_id in dict.fromkeys(user_ids):
             found = profiles.get(user_id)

@@ -66,7 +66,7 @@ def main() -> int:
         finally:
             os.killpg(job.pid, signal.SIGTERM)
             job.wait(120)
-        outputs = sorted(t for t in cfg.topics.all() if t != cfg.topics.requests)
+        outputs = cfg.topics.outputs()
         found = held(cluster.bootstrap, outputs)
         print(json.dumps({
             "naming": args.naming, "seconds": args.seconds, "rate": args.rate, "parallelism": args.parallelism,
